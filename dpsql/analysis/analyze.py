@@ -1,0 +1,694 @@
+"""Resolve a parsed query against the policy and build its QueryPlan.
+
+This is the subset check (it mirrors grammars/dpsql.lark, the documented subset) and
+the privacy analysis in one walk. It accepts, on one protected table:
+
+* SELECT items: GROUP BY columns, COUNT(*), COUNT(col), SUM(col), AVG(col) of
+  declared numeric columns, and + - * / and unary minus over those and numeric
+  literals (post-processing of noisy values);
+* WHERE: AND/OR/NOT of comparisons, BETWEEN, IN (literal list), IS [NOT] NULL and
+  LIKE/ILIKE (literal pattern) between declared columns and literals of the same
+  type, so that no row can make the predicate fail at run time;
+* GROUP BY declared columns (public domain, or thresholded partition selection);
+* HAVING, ORDER BY, LIMIT, OFFSET, evaluated after the noise, on noisy values.
+
+Everything else is refused with QueryRejected naming the construct and the reason.
+Messages name constructs and columns, never data values.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any, Mapping
+
+from sqlglot import exp
+
+from dpsql.analysis import sensitivity as sens
+from dpsql.analysis.plan import (Expr, GroupKey, Measure, NoiseSpec, Output, QueryPlan,
+                                 Selection)
+from dpsql.cost import Cost
+from dpsql.errors import QueryRejected
+from dpsql.policy import ColumnPolicy, Policy, TablePolicy
+
+MAX_PUBLIC_GROUPS = 1_000_000
+_LITERAL_LIMIT = 1e18
+
+
+# ----------------------------------------------------------------------------- inputs
+
+@dataclass(frozen=True)
+class Schema:
+    """What the engine says about the tables, read once at connect time."""
+    columns: Mapping[str, Mapping[str, str]]          # protected table -> column -> type
+    unique_units: frozenset[str] = frozenset()        # protected tables whose unit is PK/UNIQUE
+    base_tables: frozenset[str] = frozenset()         # every base table (lower-case)
+    views: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Settings:
+    epsilon: float
+    delta: float
+    mechanism: str
+
+
+@dataclass(frozen=True)
+class PublicQuery:
+    """A query touching no protected table: passed through unchanged, charged nothing."""
+    sql: str
+    tree: exp.Expression = field(repr=False)
+
+
+def family(sql_type: str) -> str:
+    """Coarse type family of an engine type name: int, float, decimal, text, bool, date, other."""
+    t = sql_type.lower()
+    if re.match(r"^(u?(tiny|small|big|huge)?int(eger)?|int[248]|smallint|bigint|u?hugeint|integer|serial|bigserial|long|short|byte)\b", t):
+        return "int"
+    if t.startswith(("decimal", "numeric")):
+        return "decimal"
+    if t.startswith(("double", "float", "real")):
+        return "float"
+    if t.startswith(("varchar", "text", "char", "character", "string", "bpchar")):
+        return "text"
+    if t.startswith(("bool",)):
+        return "bool"
+    if t.startswith(("date",)) and not t.startswith("datetime"):
+        return "date"
+    if t.startswith(("timestamp", "datetime")):
+        return "timestamp"
+    return "other"
+
+
+_NUMERIC = {"int", "float", "decimal"}
+
+
+def check_policy_types(policy: Policy, schema: Schema) -> list[str]:
+    """Problems between declared bounds/domains and the engine's column types."""
+    problems = []
+    for t in policy.tables.values():
+        cols = schema.columns.get(t.name, {})
+        for c in t.columns.values():
+            fam = family(cols.get(c.name, "other"))
+            if c.bounded and fam not in _NUMERIC:
+                problems.append(f"tables.{t.name}.columns.{c.name}: bounds given but the column is not numeric")
+            if c.values is not None:
+                want_str = fam in ("text",)
+                if fam not in ("text", "int"):
+                    problems.append(f"tables.{t.name}.columns.{c.name}: a value domain needs a text or integer column")
+                elif any(isinstance(v, str) != want_str for v in c.values):
+                    problems.append(f"tables.{t.name}.columns.{c.name}: domain values must be "
+                                    f"{'strings' if want_str else 'whole numbers'} like the column")
+    return problems
+
+
+# ----------------------------------------------------------------------------- entry
+
+def analyze(tree: exp.Expression, policy: Policy, schema: Schema, settings: Settings,
+            dialect: str = "duckdb") -> QueryPlan | PublicQuery:
+    """Check the query against the subset and the policy; build its plan."""
+    _refuse_statement_kind(tree)
+    protected = _protected_tables(tree, policy)
+    if not protected:
+        return _public(tree, schema, dialect)
+    return _Analysis(tree, policy, schema, settings, dialect).plan()
+
+
+def _refuse_statement_kind(tree: exp.Expression) -> None:
+    if isinstance(tree, exp.Select):
+        return
+    if isinstance(tree, (exp.Union, exp.Intersect, exp.Except)):
+        raise QueryRejected("set operations (UNION/INTERSECT/EXCEPT)",
+                            "combining result sets would let one person's rows count twice")
+    names = {
+        exp.Insert: "INSERT", exp.Update: "UPDATE", exp.Delete: "DELETE", exp.Create: "CREATE",
+        exp.Drop: "DROP", exp.Alter: "ALTER", exp.Copy: "COPY", exp.Pragma: "PRAGMA",
+        exp.Attach: "ATTACH", exp.Detach: "DETACH", exp.Export: "EXPORT", exp.Merge: "MERGE",
+        exp.Use: "USE", exp.Set: "SET", exp.Describe: "DESCRIBE", exp.Transaction: "a transaction statement",
+        exp.Commit: "COMMIT", exp.Rollback: "ROLLBACK", exp.TruncateTable: "TRUNCATE",
+    }
+    for cls, name in names.items():
+        if isinstance(tree, cls):
+            raise QueryRejected(name, "dpsql answers read-only aggregate SELECT queries only")
+    if isinstance(tree, exp.Command):
+        word = str(tree.this).split()[0].upper() if tree.this else "this command"
+        raise QueryRejected(word, "dpsql answers read-only aggregate SELECT queries only")
+    raise QueryRejected(type(tree).__name__.upper(), "dpsql answers read-only aggregate SELECT queries only")
+
+
+def _table_name(t: exp.Table) -> str | None:
+    return t.this.name.lower() if isinstance(t.this, exp.Identifier) else None
+
+
+def _protected_tables(tree: exp.Expression, policy: Policy) -> set[str]:
+    found = set()
+    for t in tree.find_all(exp.Table):
+        name = _table_name(t)
+        if name and policy.table(name):
+            found.add(name)
+    return found
+
+
+# ----------------------------------------------------------------------------- public
+
+_PUBLIC_FUNCS = (
+    exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Coalesce, exp.Cast, exp.Abs, exp.Round,
+    exp.Lower, exp.Upper, exp.Length, exp.Substring, exp.Concat, exp.Case, exp.If, exp.Floor,
+    exp.Ceil, exp.Trim, exp.Nullif, exp.Extract, exp.DateTrunc, exp.CurrentDate,
+)
+
+
+def _public(tree: exp.Expression, schema: Schema, dialect: str) -> PublicQuery:
+    """Pass a query on public tables through, if it only reads known base tables.
+
+    Views are refused (dpsql cannot see what a view reads: it might read a protected
+    table), and so is every function not on a short list of plain scalar and
+    aggregate functions (no file readers, table functions or settings).
+    """
+    for t in tree.find_all(exp.Table):
+        name = _table_name(t)
+        if name is None:
+            raise QueryRejected("a table function or file reader",
+                                "it can read data that the policy does not describe")
+        if name in schema.views:
+            raise QueryRejected(f"the view {name!r}", "a view may read protected tables; query the tables themselves")
+        if name not in schema.base_tables:
+            raise QueryRejected(f"the table {name!r}", "no such table")
+    for node in tree.find_all(exp.Func):
+        if isinstance(node, exp.Anonymous) or not isinstance(node, _PUBLIC_FUNCS + (exp.Binary, exp.Unary, exp.Connector)):
+            raise QueryRejected(f"the function {node.sql_name() if not isinstance(node, exp.Anonymous) else node.name}",
+                                "only plain scalar and aggregate functions are allowed on public tables")
+    for cls, what in ((exp.Into, "SELECT INTO"), (exp.Lock, "locking clauses")):
+        if tree.find(cls):
+            raise QueryRejected(what, "dpsql answers read-only queries only")
+    return PublicQuery(tree.sql(dialect), tree)
+
+
+# ----------------------------------------------------------------------------- private
+
+_ALLOWED_SELECT_ARGS = {"expressions", "from_", "where", "group", "having", "order", "limit", "offset"}
+_ARG_NAMES = {
+    "with_": ("WITH (common table expressions)", "CTEs are not supported yet; write the query on the table itself"),
+    "joins": ("JOIN", "joins can multiply one person's rows beyond the declared contribution limits"),
+    "distinct": ("SELECT DISTINCT", "distinct rows reveal which values exist"),
+    "qualify": ("QUALIFY", "window filters act on true values"),
+    "windows": ("WINDOW", "window functions act on true values"),
+    "laterals": ("LATERAL", "lateral joins are not supported"),
+    "sample": ("TABLESAMPLE", "sampling is not part of the accepted subset"),
+    "into": ("SELECT INTO", "dpsql answers read-only queries only"),
+    "locks": ("locking clauses", "dpsql answers read-only queries only"),
+    "pivots": ("PIVOT", "pivoting is not part of the accepted subset"),
+}
+
+_CMP = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
+_ARITH = {exp.Add: "add", exp.Sub: "sub", exp.Mul: "mul", exp.Div: "div"}
+
+
+def _refuse_expression(node: exp.Expression, where: str) -> QueryRejected:
+    """A clear refusal for a construct found in a clause."""
+    if isinstance(node, exp.Star):
+        return QueryRejected("SELECT *", "it would release individual rows", "select aggregates such as COUNT(*)")
+    if isinstance(node, (exp.Min, exp.Max)):
+        return QueryRejected(f"{node.sql_name()}()", "a minimum or maximum can be set by one person alone")
+    if isinstance(node, exp.Window):
+        return QueryRejected("window functions (OVER)", "they compute on true, un-noised values")
+    if isinstance(node, (exp.Subquery, exp.Exists)) or (isinstance(node, exp.In) and node.args.get("query")):
+        return QueryRejected("subqueries", "a nested query is not bounded by the policy's limits (not supported yet)")
+    if isinstance(node, exp.Select):
+        return QueryRejected("subqueries", "a nested query is not bounded by the policy's limits (not supported yet)")
+    if isinstance(node, (exp.Cast, exp.TryCast)):
+        return QueryRejected("CAST", "a cast can fail on some rows, and the error would reveal them")
+    if isinstance(node, (exp.Div, exp.IntDiv, exp.Mod)) and where == "WHERE":
+        return QueryRejected("division in WHERE", "it can fail on some rows (division by zero)")
+    if isinstance(node, (exp.RegexpLike, exp.RegexpExtract, exp.RegexpReplace, exp.RegexpILike)):
+        return QueryRejected("regular expressions", "a pattern can fail on some rows or take data-dependent time")
+    if isinstance(node, exp.Anonymous) and node.name.lower() == "error":
+        return QueryRejected("error()", "it raises an error that depends on the rows")
+    if isinstance(node, exp.Placeholder):
+        return QueryRejected("an unbound parameter", "pass a value for every placeholder")
+    if isinstance(node, exp.Func):
+        name = node.name if isinstance(node, exp.Anonymous) else node.sql_name()
+        return QueryRejected(f"the function {name}() in {where}",
+                             "only COUNT, SUM and AVG are released, and WHERE accepts only comparisons "
+                             "with literals, which cannot fail on any row")
+    if isinstance(node, exp.Binary) and not isinstance(node, exp.Connector) and where == "WHERE":
+        return QueryRejected(f"arithmetic ({type(node).__name__.lower()}) in WHERE",
+                             "arithmetic on row values can fail (overflow) on some rows")
+    return QueryRejected(f"{type(node).__name__} in {where}", "it is not part of the accepted subset")
+
+
+class _Analysis:
+    def __init__(self, tree: exp.Expression, policy: Policy, schema: Schema, settings: Settings,
+                 dialect: str):
+        self.tree, self.policy, self.schema, self.settings, self.dialect = tree, policy, schema, settings, dialect
+        self.measures: dict[tuple, Measure] = {}
+        self.keys: list[GroupKey] = []
+        self.key_exprs: list[str] = []      # column name of each key
+        self.aliases: dict[str, Expr] = {}
+
+    # -- helpers
+    def column_type(self, name: str) -> str:
+        return self.schema.columns.get(self.table.name, {}).get(name, "other")
+
+    def resolve(self, col: exp.Column, where: str) -> str:
+        """The declared column a reference names (or the privacy unit)."""
+        if col.args.get("catalog") or (col.args.get("db") and not isinstance(col.args.get("db"), exp.Identifier)):
+            raise QueryRejected("a qualified column", "qualify columns by the table or its alias only")
+        qual = col.table.lower() if col.table else None
+        if qual and qual not in self.qualifiers:
+            raise QueryRejected(f"the qualifier {col.table!r}", "it is not the queried table or its alias")
+        name = col.name.lower()
+        if not name or isinstance(col.this, exp.Star):
+            raise _refuse_expression(exp.Star(), where)
+        if not self.table.declared(name):
+            raise QueryRejected(f"the column {name!r}",
+                                f"it is not declared in the policy for table {self.table.name!r}",
+                                "ask the data owner to declare it (bounds or a public value domain)")
+        return name
+
+    # -- main
+    def plan(self) -> QueryPlan:
+        sel = self.tree
+        assert isinstance(sel, exp.Select)
+        for key, value in sel.args.items():
+            if value in (None, [], False) or key in _ALLOWED_SELECT_ARGS:
+                continue
+            construct, reason = _ARG_NAMES.get(key, (key.upper(), "not part of the accepted subset"))
+            raise QueryRejected(construct, reason)
+        self._scan_forbidden(sel)
+        self._from(sel)
+        where = self._where(sel.args.get("where"))
+        self._group(sel)
+        outputs = self._select(sel)
+        having = self._post(sel.args["having"].this, "HAVING") if sel.args.get("having") else None
+        order = self._order(sel)
+        limit = self._count_literal(sel.args.get("limit"), "LIMIT")
+        offset = self._count_literal(sel.args.get("offset"), "OFFSET") or 0
+        if not self.measures:
+            raise QueryRejected("a query without aggregates", "dpsql releases only COUNT, SUM and AVG",
+                                "add COUNT(*) or another aggregate")
+        return self._finish(outputs, where, having, order, limit, offset)
+
+    def _scan_forbidden(self, sel: exp.Select) -> None:
+        for node in sel.walk():
+            if node is sel:
+                continue
+            if isinstance(node, (exp.Window, exp.Subquery, exp.Exists, exp.Select, exp.Union,
+                                 exp.Intersect, exp.Except)):
+                raise _refuse_expression(node, "the query")
+            if isinstance(node, (exp.Min, exp.Max, exp.Star)) and not isinstance(node.parent, exp.Count):
+                raise _refuse_expression(node, "the query")
+            if isinstance(node, exp.In) and node.args.get("query"):
+                raise _refuse_expression(node, "the query")
+
+    def _from(self, sel: exp.Select) -> None:
+        src = sel.args.get("from_")
+        if src is None:
+            raise QueryRejected("a query without FROM", "name the protected table")
+        t = src.this
+        if not isinstance(t, exp.Table) or not isinstance(t.this, exp.Identifier):
+            raise QueryRejected("a table function or derived table in FROM",
+                                "the query must read one protected table directly")
+        if t.args.get("joins") or sel.args.get("joins"):
+            raise QueryRejected("JOIN", _ARG_NAMES["joins"][1])
+        for arg in ("laterals", "pivots", "sample", "version", "when", "changes"):
+            if t.args.get(arg):
+                raise QueryRejected(arg.upper(), "not part of the accepted subset")
+        name = t.this.name.lower()
+        table = self.policy.table(name)
+        if table is None:  # a public table mixed with a protected one elsewhere
+            raise QueryRejected("mixing public and protected tables", "the query must read one protected table")
+        self.table = table
+        self.qualifiers = {name}
+        if t.alias:
+            self.qualifiers.add(t.alias.lower())
+        if t.args.get("db"):
+            self.qualifiers.add(f"{t.args['db'].name.lower()}.{name}")
+
+    # -- WHERE
+    def _where(self, where: exp.Where | None) -> exp.Expression | None:
+        if where is None:
+            return None
+        return self._predicate(where.this)
+
+    def _predicate(self, node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Paren):
+            return exp.Paren(this=self._predicate(node.this))
+        if isinstance(node, (exp.And, exp.Or)):
+            return type(node)(this=self._predicate(node.this), expression=self._predicate(node.expression))
+        if isinstance(node, exp.Not):
+            return exp.Not(this=self._predicate(node.this))
+        if isinstance(node, exp.Boolean):
+            return node.copy()
+        if type(node) in _CMP:
+            left, right = node.this, node.expression
+            lt, rt = self._operand(left), self._operand(right)
+            if lt is None and rt is None:
+                raise QueryRejected("a comparison of two literals", "compare a declared column with a literal")
+            self._compatible(lt, rt, node)
+            return type(node)(this=self._operand_sql(left), expression=self._operand_sql(right))
+        if isinstance(node, exp.Between):
+            ct = self._column_operand(node.this, "BETWEEN")
+            for side in ("low", "high"):
+                self._compatible(ct, self._literal_type(node.args[side], "BETWEEN"), node)
+            return exp.Between(this=self._operand_sql(node.this), low=node.args["low"].copy(),
+                               high=node.args["high"].copy())
+        if isinstance(node, exp.In):
+            if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
+                raise _refuse_expression(exp.Subquery(), "WHERE")
+            ct = self._column_operand(node.this, "IN")
+            items = node.expressions
+            if not items:
+                raise QueryRejected("an empty IN list", "give at least one value")
+            for item in items:
+                self._compatible(ct, self._literal_type(item, "IN"), node)
+            return exp.In(this=self._operand_sql(node.this), expressions=[i.copy() for i in items])
+        if isinstance(node, exp.Is):
+            self._column_operand(node.this, "IS")
+            if not isinstance(node.expression, (exp.Null, exp.Boolean)):
+                raise QueryRejected("IS with a non-NULL operand", "use IS [NOT] NULL, IS TRUE or IS FALSE")
+            return exp.Is(this=self._operand_sql(node.this), expression=node.expression.copy())
+        if isinstance(node, (exp.Like, exp.ILike)):
+            ct = self._column_operand(node.this, "LIKE")
+            if family(ct) != "text":
+                raise QueryRejected("LIKE on a non-text column", "a cast of each row could fail")
+            pat = node.expression
+            if not (isinstance(pat, exp.Literal) and pat.is_string) or node.args.get("escape"):
+                raise QueryRejected("LIKE with a non-literal pattern or ESCAPE",
+                                    "only a literal pattern cannot fail on some rows")
+            return type(node)(this=self._operand_sql(node.this), expression=pat.copy())
+        if isinstance(node, exp.Escape):
+            raise QueryRejected("LIKE ... ESCAPE", "an escape clause can make the pattern fail")
+        if isinstance(node, exp.Column):
+            t = self.column_type(self.resolve(node, "WHERE"))
+            if family(t) != "bool":
+                raise QueryRejected("a non-boolean column as a condition", "compare it with a literal")
+            return self._operand_sql(node)
+        raise _refuse_expression(node, "WHERE")
+
+    def _operand(self, node: exp.Expression) -> str | None:
+        """Type of a comparison operand: a column's type, or a literal's pseudo-type."""
+        if isinstance(node, exp.Column):
+            return self.column_type(self.resolve(node, "WHERE"))
+        return self._literal_type(node, "WHERE")
+
+    def _column_operand(self, node: exp.Expression, what: str) -> str:
+        if not isinstance(node, exp.Column):
+            raise QueryRejected(f"{what} on an expression", f"the left side of {what} must be a declared column")
+        return self.column_type(self.resolve(node, "WHERE"))
+
+    def _operand_sql(self, node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column):
+            return exp.column(node.name.lower())
+        return node.copy()
+
+    def _literal_type(self, node: exp.Expression, where: str) -> str:
+        if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
+            node = node.this
+        if isinstance(node, exp.Null):
+            return "null"
+        if isinstance(node, exp.Boolean):
+            return "lit:bool"
+        if isinstance(node, exp.Literal):
+            if node.is_string:
+                return "lit:text"
+            try:
+                v = float(node.this)
+            except ValueError:
+                raise QueryRejected("a malformed number", "write numbers in plain decimal form") from None
+            if not math.isfinite(v) or abs(v) > _LITERAL_LIMIT:
+                raise QueryRejected("a numeric literal beyond 1e18", "it could overflow the column's type")
+            return "lit:num"
+        if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal) and node.this.is_string:
+            target = node.to.this
+            text = node.this.this
+            try:
+                if target == exp.DataType.Type.DATE:
+                    _dt.date.fromisoformat(text)
+                    return "lit:date"
+                if target in (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.DATETIME):
+                    _dt.datetime.fromisoformat(text)
+                    return "lit:timestamp"
+            except ValueError:
+                raise QueryRejected("a malformed date literal", "write dates as DATE 'YYYY-MM-DD'") from None
+        raise _refuse_expression(node, where)
+
+    def _compatible(self, a: str | None, b: str | None, node: exp.Expression) -> None:
+        fa = "null" if a == "null" else (a[4:] if a and a.startswith("lit:") else family(a or "other"))
+        fb = "null" if b == "null" else (b[4:] if b and b.startswith("lit:") else family(b or "other"))
+        groups = {"int": "num", "float": "num", "decimal": "num", "num": "num", "text": "text",
+                  "bool": "bool", "date": "date", "timestamp": "timestamp", "null": "null"}
+        ga, gb = groups.get(fa, "other"), groups.get(fb, "other")
+        if "other" in (ga, gb):
+            raise QueryRejected("a comparison on a column of an unsupported type",
+                                "only numeric, text, boolean, date and timestamp columns can be filtered")
+        if ga != gb and "null" not in (ga, gb) and {ga, gb} != {"date", "timestamp"}:
+            raise QueryRejected(f"comparing {ga} with {gb}",
+                                "the implicit cast could fail on some rows", "compare values of the same type")
+
+    # -- GROUP BY
+    def _group(self, sel: exp.Select) -> None:
+        group = sel.args.get("group")
+        if not group:
+            return
+        for arg in ("rollup", "cube", "grouping_sets", "totals"):
+            if group.args.get(arg):
+                raise QueryRejected(f"GROUP BY {arg.upper()}", "grouping sets are not supported yet")
+        for node in group.expressions:
+            if isinstance(node, exp.Literal) and not node.is_string:
+                pos = int(node.this)
+                items = sel.expressions
+                if not 1 <= pos <= len(items):
+                    raise QueryRejected("GROUP BY position", "it does not name a SELECT item")
+                node = items[pos - 1].unalias() if isinstance(items[pos - 1], exp.Alias) else items[pos - 1]
+            if not isinstance(node, exp.Column):
+                raise QueryRejected("GROUP BY an expression", "group by declared columns only")
+            name = self.resolve(node, "GROUP BY")
+            if name == self.table.privacy_unit:
+                raise QueryRejected("GROUP BY the privacy unit", "every group would hold one person")
+            if name in self.key_exprs:
+                continue
+            col = self.table.column(name)
+            if family(self.column_type(name)) == "other":
+                raise QueryRejected(f"GROUP BY {name}", "the column's type is not supported for grouping")
+            self.keys.append(GroupKey(f"_g{len(self.keys)}", name, col.values if col else None))
+            self.key_exprs.append(name)
+
+    # -- SELECT
+    def _select(self, sel: exp.Select) -> list[Output]:
+        outputs = []
+        for i, item in enumerate(sel.expressions):
+            alias = item.alias if isinstance(item, exp.Alias) else None
+            node = item.unalias() if isinstance(item, exp.Alias) else item
+            expr = self._post(node, "SELECT")
+            noisy = _has_noise(expr)
+            if not noisy and expr[0] != "key":
+                raise QueryRejected("a constant in SELECT", "select group columns and aggregates")
+            name = alias or (node.name.lower() if isinstance(node, exp.Column) else _output_name(node, i))
+            outputs.append(Output(name, expr, noisy, node.sql(self.dialect)))
+            if alias:
+                self.aliases[alias.lower()] = expr
+        return outputs
+
+    def _post(self, node: exp.Expression, where: str) -> Expr:
+        """Compile a post-processing expression over noisy aggregates and keys."""
+        if isinstance(node, exp.Paren):
+            return self._post(node.this, where)
+        if isinstance(node, exp.Alias):
+            raise QueryRejected("an alias inside an expression", "alias whole SELECT items only")
+        if isinstance(node, (exp.Count, exp.Sum, exp.Avg)):
+            return self._aggregate(node)
+        if isinstance(node, exp.Column):
+            if not node.table and node.name.lower() in self.aliases and where != "SELECT":
+                return self.aliases[node.name.lower()]
+            name = self.resolve(node, where)
+            if name not in self.key_exprs:
+                raise QueryRejected(f"the bare column {name!r} in {where}",
+                                    "only GROUP BY columns and aggregates can be released",
+                                    f"add {name} to GROUP BY or aggregate it")
+            return ("key", self.key_exprs.index(name))
+        if isinstance(node, exp.Literal):
+            if node.is_string:
+                return ("lit", node.this)
+            return ("lit", float(Decimal(node.this)))
+        if isinstance(node, exp.Boolean):
+            return ("lit", bool(node.this))
+        if isinstance(node, exp.Null):
+            return ("lit", None)
+        if isinstance(node, exp.Neg):
+            return ("neg", self._post(node.this, where))
+        if type(node) in _ARITH:
+            return (_ARITH[type(node)], self._post(node.this, where), self._post(node.expression, where))
+        if where != "SELECT":
+            if type(node) in _CMP:
+                return ("cmp", _CMP[type(node)], self._post(node.this, where), self._post(node.expression, where))
+            if isinstance(node, exp.And):
+                return ("and", self._post(node.this, where), self._post(node.expression, where))
+            if isinstance(node, exp.Or):
+                return ("or", self._post(node.this, where), self._post(node.expression, where))
+            if isinstance(node, exp.Not):
+                return ("not", self._post(node.this, where))
+            if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
+                return ("isnull", self._post(node.this, where), False)
+            if isinstance(node, exp.Between):
+                v = self._post(node.this, where)
+                return ("and", ("cmp", ">=", v, self._post(node.args["low"], where)),
+                        ("cmp", "<=", v, self._post(node.args["high"], where)))
+        raise _refuse_expression(node, where)
+
+    def _aggregate(self, node: exp.Expression) -> Expr:
+        arg = node.this
+        if isinstance(arg, exp.Distinct):
+            raise QueryRejected(f"{node.sql_name()}(DISTINCT ...)", "distinct counting is not supported yet")
+        if node.args.get("expressions") or (isinstance(node, exp.Count) and node.expressions):
+            raise QueryRejected(f"{node.sql_name()} with several arguments", "not part of the accepted subset")
+        if isinstance(node, exp.Count):
+            if isinstance(arg, exp.Star):
+                return ("ref", self._measure("count", None, False, "COUNT(*)").name)
+            if not isinstance(arg, exp.Column):
+                raise QueryRejected("COUNT of an expression", "count rows, or a declared column")
+            name = self.resolve(arg, "COUNT")
+            return ("ref", self._measure("count", name, False, f"COUNT({name})").name)
+        fname = node.sql_name()
+        if not isinstance(arg, exp.Column):
+            raise QueryRejected(f"{fname} of an expression", f"{fname} takes a declared numeric column")
+        name = self.resolve(arg, fname)
+        col = self.table.column(name)
+        if col is None or not col.bounded:
+            raise QueryRejected(f"{fname}({name})", "the column has no declared bounds, so one person's "
+                                "influence on the result is unbounded",
+                                "ask the data owner to declare lower and upper bounds")
+        if family(self.column_type(name)) not in _NUMERIC:
+            raise QueryRejected(f"{fname}({name})", "the column is not numeric")
+        if isinstance(node, exp.Sum):
+            return ("ref", self._measure("sum", name, False, f"SUM({name})").name)
+        s = self._measure("sum", name, True, f"AVG({name}) numerator")
+        c = self._measure("count", name, False, f"COUNT({name})")
+        lo, hi = _exact_bounds(col, self.column_type(name))[:2]
+        return ("avg", s.name, c.name, float(lo), float(hi), 2)
+
+    def _measure(self, kind: str, column: str | None, centered: bool, label: str) -> Measure:
+        key = (kind, column, centered)
+        if key not in self.measures:
+            name = f"_v{len(self.measures)}"
+            if kind == "sum":
+                col = self.table.column(column)
+                lo, hi, sql_type = _exact_bounds(col, self.column_type(column))
+                m = Measure(name, kind, column, centered, lo, hi, sql_type, label)
+            else:
+                m = Measure(name, kind, column, label=label)
+            self.measures[key] = m
+        return self.measures[key]
+
+    # -- ORDER BY, LIMIT
+    def _order(self, sel: exp.Select) -> tuple:
+        order = sel.args.get("order")
+        if not order:
+            return ()
+        out = []
+        for o in order.expressions:
+            node = o.this
+            if isinstance(node, exp.Literal) and not node.is_string:
+                pos = int(node.this)
+                if not 1 <= pos <= len(sel.expressions):
+                    raise QueryRejected("ORDER BY position", "it does not name a SELECT item")
+                item = sel.expressions[pos - 1]
+                expr = self._post(item.unalias() if isinstance(item, exp.Alias) else item, "ORDER BY")
+            else:
+                expr = self._post(node, "ORDER BY")
+            desc = bool(o.args.get("desc"))
+            nulls_first = o.args.get("nulls_first")
+            out.append((expr, desc, bool(nulls_first) if nulls_first is not None else desc))
+        return tuple(out)
+
+    def _count_literal(self, node: exp.Expression | None, what: str) -> int | None:
+        if node is None:
+            return None
+        value = node.args.get("expression") or node.this
+        if not (isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit()):
+            raise QueryRejected(f"{what} with a non-literal", f"{what} takes a whole number")
+        return int(value.this)
+
+    # -- finish: split the budget, sensitivities, selection
+    def _finish(self, outputs, where, having, order, limit, offset) -> QueryPlan:
+        table, s = self.table, self.settings
+        bounded = table.name not in self.schema.unique_units
+        rows = table.max_rows_per_unit if bounded else 1
+        public = all(k.domain is not None for k in self.keys)
+        domain_size = math.prod(len(k.domain) for k in self.keys) if public else None
+        if domain_size is not None and domain_size > MAX_PUBLIC_GROUPS:
+            raise QueryRejected("this GROUP BY", f"its public domains give more than {MAX_PUBLIC_GROUPS} groups")
+        if not self.keys or not bounded:
+            l0 = 1
+        else:
+            l0 = table.max_groups_per_unit
+            if domain_size is not None:
+                l0 = min(l0, domain_size)
+        group_choice = bounded and bool(self.keys) and (domain_size is None or table.max_groups_per_unit < domain_size)
+        measures = tuple(self.measures.values())
+        needs_selection = bool(self.keys) and not public
+        parts = len(measures) + (1 if needs_selection else 0)
+        eps_part = s.epsilon / parts
+        gaussian = s.mechanism != "laplace"
+        delta_parts = (len(measures) if gaussian else 0) + (1 if needs_selection else 0)
+        if delta_parts and s.delta <= 0:
+            raise QueryRejected("this query with delta = 0",
+                                "partition selection and Gaussian noise need a positive delta",
+                                "SET dpsql.delta to a small positive value")
+        delta_part = s.delta / delta_parts if delta_parts else 0.0
+        noise = []
+        for m in measures:
+            linf = sens.per_group_bound(m, rows)
+            if linf == 0:
+                linf = Fraction(1, 10**6)   # a measure that cannot vary; keep the mechanisms well-defined
+            noise.append(NoiseSpec(m.name, s.mechanism, sens.l1(linf, l0), sens.l2(linf, l0), float(linf),
+                                   eps_part, delta_part if gaussian else 0.0))
+        selection = sel_noise = None
+        if needs_selection:
+            thr = sens.selection_threshold(eps_part, delta_part, l0)
+            selection = Selection(eps_part, delta_part, l0, thr)
+            sel_noise = NoiseSpec("_units", "laplace", float(l0), math.sqrt(l0), 1.0, eps_part, 0.0)
+        charged_delta = delta_part * delta_parts
+        cost = Cost(s.epsilon, s.delta if delta_parts else 0.0)
+        del charged_delta
+        return QueryPlan(
+            text=self.tree.sql(self.dialect), table=table, table_ref=table.source or table.name,
+            bounded=bounded, l0=l0, keys=tuple(self.keys), measures=measures, noise=tuple(noise),
+            selection=selection, selection_noise=sel_noise, outputs=tuple(outputs), where=where,
+            having=having, order=order, limit=limit, offset=offset, cost=cost, mechanism=s.mechanism,
+            group_choice=group_choice, domain_size=domain_size)
+
+
+def _exact_bounds(col: ColumnPolicy, sql_type: str) -> tuple[Fraction, Fraction, str]:
+    """Per-row clamp bounds and the exact SQL type the engine sums in.
+
+    Integer columns with whole bounds sum as integers. Anything else is clamped in
+    its own type, then cast to DECIMAL(18, s); the cast rounds to the nearest
+    multiple of 10^-s, monotonically, so clamped values land in [lo, hi] with the
+    bounds rounded outward to that grid. Those outward bounds are what the
+    sensitivity uses.
+    """
+    lo, hi = Fraction(col.lower), Fraction(col.upper)
+    if family(sql_type) == "int" and col.is_integral:
+        return lo, hi, "int"
+    digits = len(str(int(max(abs(lo), abs(hi))))) + 1
+    scale = max(0, min(6, 17 - digits))
+    q = Fraction(1, 10**scale)
+    lo_out = math.floor(lo / q) * q
+    hi_out = math.ceil(hi / q) * q
+    return Fraction(lo_out), Fraction(hi_out), f"decimal(18,{scale})"
+
+
+def _has_noise(expr: Expr) -> bool:
+    if expr[0] in ("ref", "avg"):
+        return True
+    return any(isinstance(a, tuple) and _has_noise(a) for a in expr[1:])
+
+
+def _output_name(node: exp.Expression, i: int) -> str:
+    if isinstance(node, (exp.Count, exp.Sum, exp.Avg)):
+        return node.sql_name().lower()
+    return f"col{i + 1}"

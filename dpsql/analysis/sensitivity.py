@@ -1,0 +1,61 @@
+"""Per-aggregate sensitivity from declared bounds and contribution limits.
+
+User-level bounding (Wilson, Zhang, Lam, Desfontaines, Simmons-Marengo & Gipson,
+"Differentially Private SQL with Bounded User Contribution", PoPETs 2020): after the
+rewrite, one privacy unit contributes to at most L0 groups, and to each group at most
+Linf (in absolute value) for each measure. Adding or removing the unit then moves
+the vector of per-group measures by at most
+
+    L1 = L0 * Linf      L2 = sqrt(L0) * Linf
+
+(each of at most L0 coordinates moves by at most Linf). The per-group bounds,
+enforced by dpsql.rewrite.contribution and dpsql.rewrite.clip:
+
+* count: each unit's per-group count is clamped to m = max_rows_per_unit, so
+  Linf = m.
+* sum: each row is clamped to [lo, hi] and each unit's per-group sum to
+  [m*lo, m*hi], so Linf = m * max(|lo|, |hi|).
+* centered sum (AVG): rows become x - mid with mid = (lo+hi)/2, in [-h, h] with
+  h = (hi-lo)/2, unit sums clamped to [-m*h, m*h], so Linf = m * h.
+
+When the engine guarantees that the unit is unique (PRIMARY KEY / UNIQUE), each unit
+has exactly one row: L0 = 1 and m = 1, with no pre-aggregation needed.
+Sums are computed exactly (integers or DECIMAL), so floating-point accumulation
+cannot exceed these bounds (Casacuberta et al., CCS 2022).
+"""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+from dpsql.analysis.plan import Measure
+
+
+def per_group_bound(measure: Measure, rows_per_unit: int) -> Fraction:
+    """Linf: the most one unit can move one group's measure."""
+    m = rows_per_unit
+    if measure.kind == "count":
+        return Fraction(m)
+    if measure.centered:
+        return m * (measure.hi - measure.lo) / 2
+    return m * max(abs(measure.lo), abs(measure.hi))
+
+
+def l1(linf: Fraction, l0: int) -> float:
+    return float(linf * l0)
+
+
+def l2(linf: Fraction, l0: int) -> float:
+    # round up: sqrt in floating point may round down by an ulp
+    return math.nextafter(float(linf) * math.sqrt(l0), math.inf) if l0 > 1 else float(linf)
+
+
+def selection_threshold(epsilon: float, delta: float, l0: int) -> float:
+    """Threshold for releasing a key whose unit count got Laplace(L0/epsilon) noise.
+
+    A key held by a single unit passes with probability 1/2 * exp(-(tau-1)*eps/L0);
+    one unit can create at most L0 keys, so tau = 1 + (L0/eps) * ln(L0 / (2*delta))
+    keeps the union below delta (Korolova et al. 2009; Desfontaines et al. 2022).
+    Keys held by several units are covered by the Laplace mechanism's epsilon.
+    """
+    return 1.0 + (l0 / epsilon) * math.log(l0 / (2.0 * delta))

@@ -1,0 +1,70 @@
+"""The engine protocol: small, and nothing about privacy.
+
+An engine runs one SELECT and returns all its rows (one per group for private
+queries), and answers a few catalog questions at connect time. A new engine is one
+module with a class meeting `Engine`, one line in `open_engine`, and one entry in
+the engine list of tests/conftest.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol, Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    columns: tuple[str, ...]
+    types: tuple[str, ...]
+    rows: list[tuple[Any, ...]]
+
+
+class Engine(Protocol):
+    dialect: str       # sqlglot dialect name
+
+    def run(self, sql: str, params: Mapping[str, object] | None = None) -> Rows:
+        """Run one SELECT; return all rows."""
+
+    def table_columns(self, table: str) -> dict[str, str]:
+        """Column name (lower-case) -> type name; KeyError if there is no such table."""
+
+    def unique_columns(self, table: str) -> set[str]:
+        """Columns that the engine alone guarantees unique (single-column PRIMARY KEY/UNIQUE)."""
+
+    def base_tables(self) -> set[str]:
+        """Names (lower-case) of the base tables an analyst's public query may read."""
+
+    def views(self) -> set[str]:
+        """Names (lower-case) of views."""
+
+    def interrupt(self) -> None:
+        """Cancel the running query, if any (from another thread)."""
+
+    def close(self) -> None: ...
+
+
+def open_engine(target: Any, **options: Any) -> Engine:
+    """An engine for a target: a DuckDB path, ':memory:', 'duckdb:///path', or a
+    duckdb connection object. Later: postgresql://..., spark://...
+
+    Engine modules are imported lazily, by scheme.
+    """
+    from dpsql.errors import InterfaceError
+    if isinstance(target, str):
+        scheme = target.split("://", 1)[0].lower() if "://" in target else ""
+        if scheme in ("postgresql", "postgres"):
+            raise InterfaceError("the PostgreSQL backend is not available in this version")
+        if scheme == "spark":
+            raise InterfaceError("the Spark backend is not available in this version")
+        if scheme not in ("", "duckdb"):
+            raise InterfaceError(f"unknown target scheme {scheme!r}: use a DuckDB file path, "
+                                 "':memory:' or duckdb:///path")
+        path = target
+        if scheme == "duckdb":   # SQLAlchemy style: duckdb:///rel.db, duckdb:////abs.db, duckdb:///:memory:
+            path = target.split("://", 1)[1]
+            path = path[1:] if path.startswith("/") else path
+        from dpsql.engines.duckdb import DuckDBEngine
+        return DuckDBEngine(path or ":memory:", **options)
+    if type(target).__name__ == "DuckDBPyConnection":
+        from dpsql.engines.duckdb import DuckDBEngine
+        return DuckDBEngine(target, **options)
+    raise InterfaceError(f"unsupported target of type {type(target).__name__}")

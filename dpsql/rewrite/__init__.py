@@ -1,0 +1,34 @@
+"""Rewrite a QueryPlan into one SELECT that bounds, clips and aggregates in the engine.
+
+The steps, each in its own module:
+  partitions   - public-domain key filter; unit count for partition selection
+  clip         - per-row clamps to declared bounds, in exact arithmetic
+  aggregates   - COUNT/SUM measures, per unit and per group (AVG is already split)
+  contribution - per-unit pre-aggregation and salted group choice (or the PK shortcut)
+
+The result reads only the protected table and returns one row per group: the
+(unnoised, bounded) measures and, when needed, the distinct-unit count. The bounding
+salt is the bound parameter `salt` (contribution.SALT), so the SQL text is stable.
+"""
+from __future__ import annotations
+
+from sqlglot import exp
+from sqlglot.errors import ErrorLevel
+
+from dpsql.analysis.plan import QueryPlan
+from dpsql.rewrite import contribution
+from dpsql.rewrite.contribution import SALT
+
+__all__ = ["rewrite", "to_sql", "SALT"]
+
+
+def rewrite(plan: QueryPlan, dialect: str = "duckdb") -> exp.Select:
+    """The rewritten query as a sqlglot tree."""
+    if plan.bounded:
+        return contribution.bounded(plan, dialect)
+    return contribution.unique_unit(plan, dialect)
+
+
+def to_sql(plan: QueryPlan, dialect: str = "duckdb") -> str:
+    """SQL text for the engine; constructs the dialect cannot express raise."""
+    return rewrite(plan, dialect).sql(dialect=dialect, unsupported_level=ErrorLevel.RAISE)

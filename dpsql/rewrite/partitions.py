@@ -1,0 +1,31 @@
+"""Group keys: public domains, and the unit count that partition selection needs.
+
+A key column with a declared public domain releases exactly the domain's values:
+rows with other values (or NULL) are filtered out in the engine, and the Session fills
+in the domain values that have no rows (their measures are zero, then noised), so
+which keys appear never depends on the data. Keys without a declared domain are
+released only through thresholded partition selection on the number of distinct
+units in the group (`_units`, see analysis.sensitivity.selection_threshold).
+"""
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.analysis.plan import QueryPlan
+
+
+def domain_filter(plan: QueryPlan) -> list[exp.Expression]:
+    """`key IN (domain)` for each key with a public domain."""
+    out = []
+    for k in plan.keys:
+        if k.domain is not None:
+            items = [exp.Literal.string(v) if isinstance(v, str) else exp.Literal.number(v) for v in k.domain]
+            out.append(exp.In(this=exp.column(k.column), expressions=items))
+    return out
+
+
+def units_column(plan: QueryPlan) -> list[exp.Expression]:
+    """COUNT(*) AS _units in the final aggregation, when partition selection needs it."""
+    if plan.selection is None:
+        return []
+    return [exp.alias_(exp.Count(this=exp.Star()), "_units")]

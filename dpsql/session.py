@@ -1,0 +1,434 @@
+"""Session: the one pipeline every front end shares.
+
+    text -> parse -> analyze (QueryPlan: sensitivity, mechanism, cost)
+         -> rewrite                       [EXPLAIN DP stops here, charges nothing]
+         -> ledger.charge                 [BudgetExhausted: nothing runs, nothing released]
+         -> engine.run (all work in the engine; one row per group)
+         -> noise (partition threshold, values, accuracy) -> postprocess -> Result
+
+A Session holds only the connection-level settings (epsilon, delta, mechanism for
+the next queries) and its handles; everything about one query lives in its plan.
+Nothing an analyst can SET changes the analyst, the budget or what was spent.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import os
+import re
+import threading
+from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from dpsql import postprocess
+from dpsql.analysis.analyze import PublicQuery, Schema, Settings, analyze, check_policy_types, family
+from dpsql.analysis.parse import Statement, classify
+from dpsql.analysis.plan import QueryPlan
+from dpsql.cost import Cost
+from dpsql.engines.base import Engine, open_engine
+from dpsql.errors import (BudgetExhausted, EngineError, Error, InterfaceError, InternalError,
+                          InvalidSetting, PolicyError, QueryRejected)
+from dpsql.ledger import Ledger, Spending
+from dpsql.noise import SecureRng, make_mechanism
+from dpsql.policy import MECHANISMS, Policy, load_policy
+from dpsql.rewrite import SALT, to_sql
+
+log = logging.getLogger("dpsql")
+
+_ANALYST = re.compile(r"^[\w.@+-]{1,128}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Accuracy:
+    """How noisy one released column is.
+
+    noise_scale: the mechanism's scale (Laplace b or Gaussian sigma) for a column that
+    is one noisy aggregate; None for derived columns (AVG, arithmetic), whose
+    per-value 95% half-widths are in Result.half_widths.
+    ci95: the 95% confidence half-width of a plain aggregate (the same for every row).
+    """
+    mechanism: str
+    noise_scale: float | None
+    ci95: float | None
+
+
+@dataclass
+class Result:
+    columns: list[str]
+    types: list[str]                      # per column: number, string, boolean, date, ...
+    rows: list[tuple]
+    kind: str                             # private | public | explain | show | set | empty
+    accuracy: list[Accuracy | None] = field(default_factory=list)
+    half_widths: list[tuple] = field(default_factory=list)   # per row, per column; None = exact
+    cost: Cost | None = None
+    spending: Spending | None = None
+    tag: str = ""                         # command tag, e.g. "SELECT 3", "SET"
+
+    @property
+    def status(self) -> str:
+        """One line for people: what it cost and what is left."""
+        if self.cost is None or self.spending is None:
+            return self.tag
+        s = self.spending
+        return (f"epsilon charged {self.cost.epsilon:g}"
+                + (f", delta {self.cost.delta:g}" if self.cost.delta else "")
+                + f"; remaining epsilon {s.epsilon_remaining:g}, delta {s.delta_remaining:g}")
+
+
+class Session:
+    """One analyst's connection: the pipeline and its settings."""
+
+    def __init__(self, engine: Engine, policy: Policy, analyst: str, *, rng=None,
+                 ledger: Ledger | None = None, own_engine: bool = True):
+        if not isinstance(analyst, str) or not _ANALYST.match(analyst):
+            raise InterfaceError("analyst must be a name of 1-128 letters, digits or . _ @ + -")
+        self.engine, self.policy, self.analyst = engine, policy, analyst
+        self.rng = rng or SecureRng()
+        self._own_engine = own_engine
+        self._closed = False
+        self._lock = threading.RLock()
+        self.schema = self._read_schema()
+        if ledger is None:
+            ledger = Ledger(_ledger_path(policy))
+        self.ledger = ledger
+        d = policy.defaults
+        self.epsilon, self.delta, self.mechanism = d.epsilon, d.delta, d.mechanism
+
+    @classmethod
+    def open(cls, target: Any, policy: Any, analyst: str, *, rng=None, **engine_options: Any) -> "Session":
+        pol = load_policy(policy)
+        engine = open_engine(target, **engine_options)
+        try:
+            return cls(engine, pol, analyst, rng=rng)
+        except BaseException:
+            engine.close()
+            raise
+
+    def _read_schema(self) -> Schema:
+        pol = self.policy
+        cols: dict[str, dict[str, str]] = {}
+        unique = set()
+
+        def columns(name: str) -> dict[str, str]:
+            return self.engine.table_columns(name)
+
+        pol.check_schema(columns)
+        for t in pol.tables.values():
+            cols[t.name] = columns(t.source or t.name)
+            if t.privacy_unit in self.engine.unique_columns(t.source or t.name):
+                unique.add(t.name)
+        schema = Schema(cols, frozenset(unique), frozenset(self.engine.base_tables()),
+                        frozenset(self.engine.views()))
+        problems = check_policy_types(pol, schema)
+        if problems:
+            raise PolicyError(f"policy {pol.source}: {problems[0]}")
+        return schema
+
+    # -- context management
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.ledger.close()
+        finally:
+            if self._own_engine:
+                self.engine.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- the pipeline
+    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> Result:
+        if self._closed:
+            raise InterfaceError("the session is closed")
+        with self._lock:
+            stmt = classify(sql, params, self.engine.dialect)
+            try:
+                return self._dispatch(stmt)
+            except Error:
+                raise
+            except Exception as err:  # a dpsql bug: fail closed, nothing released
+                log.exception("internal error")
+                raise InternalError(f"internal error ({type(err).__name__}); nothing was released") from None
+
+    def _dispatch(self, stmt: Statement) -> Result:
+        if stmt.kind == "empty":
+            return Result([], [], [], "empty", tag="EMPTY")
+        if stmt.kind == "set":
+            return self._set(stmt.name, stmt.value)
+        if stmt.kind == "reset":
+            return self._reset(stmt.name)
+        if stmt.kind == "show":
+            return self._show(stmt.name)
+        planned = self._analyze(stmt)
+        if stmt.kind == "explain":
+            if isinstance(planned, PublicQuery):
+                return _explain_public(planned)
+            return self._explain(planned)
+        if isinstance(planned, PublicQuery):
+            return self._run_public(planned)
+        return self._run_private(planned)
+
+    def _analyze(self, stmt: Statement) -> QueryPlan | PublicQuery:
+        settings = Settings(self.epsilon, self.delta, self.mechanism)
+        return analyze(stmt.tree, self.policy, self.schema, settings, self.engine.dialect)
+
+    def plan(self, sql: str) -> QueryPlan | PublicQuery:
+        """Analyse a query without running or charging it (for tools and tests)."""
+        stmt = classify(sql, None, self.engine.dialect)
+        if stmt.kind not in ("query", "explain"):
+            raise QueryRejected("a command", "only queries have plans")
+        return self._analyze(stmt)
+
+    def _mechanisms(self, plan: QueryPlan):
+        mechs = {spec.target: make_mechanism(spec.mechanism, spec.sensitivity, spec.epsilon, spec.delta)
+                 for spec in plan.noise}
+        sel = None
+        if plan.selection_noise is not None:
+            s = plan.selection_noise
+            sel = make_mechanism("laplace", s.l1, s.epsilon, 0.0)
+        return mechs, sel
+
+    def _run_public(self, q: PublicQuery) -> Result:
+        rows = self.engine.run(q.sql)
+        return Result(list(rows.columns), [_type_name(t) for t in rows.types], rows.rows, "public",
+                      accuracy=[None] * len(rows.columns),
+                      half_widths=[(None,) * len(rows.columns) for _ in rows.rows],
+                      tag=f"SELECT {len(rows.rows)}")
+
+    def _run_private(self, plan: QueryPlan) -> Result:
+        sql = to_sql(plan, self.engine.dialect)
+        mechs, sel = self._mechanisms(plan)
+        params = {"values": [dict(mechs[m.name].params(), measure=m.label) for m in plan.measures]}
+        if sel is not None:
+            params["partition_selection"] = dict(sel.params(), threshold=plan.selection.threshold,
+                                                 delta=plan.selection.delta, l0=plan.selection.l0)
+        params["bounding"] = {"bounded": plan.bounded, "l0": plan.l0,
+                              "max_rows_per_unit": plan.table.max_rows_per_unit if plan.bounded else 1}
+        b = self.policy.budget
+        # Charge first: if this raises, nothing has run and nothing is released.
+        self.ledger.charge(self.analyst, plan.cost.epsilon, plan.cost.delta, epsilon_total=b.epsilon,
+                           delta_total=b.delta, mechanism=plan.mechanism, params=params, query=plan.text)
+        bind = {SALT: self.rng.randbits(63)} if plan.group_choice else None
+        rows = self.engine.run(sql, bind)
+        table = self._noise(plan, rows.rows, mechs, sel)
+        spending = self.ledger.spending(self.analyst, epsilon_total=b.epsilon, delta_total=b.delta)
+        types = [self._key_type(plan, o.expr) if not o.noisy else "number" for o in plan.outputs]
+        accuracy = [self._accuracy(o, mechs) for o in plan.outputs]
+        return Result(table.columns, types, table.rows, "private", accuracy, table.widths,
+                      plan.cost, spending, tag=f"SELECT {len(table.rows)}")
+
+    def _noise(self, plan: QueryPlan, rows: list[tuple], mechs, sel) -> postprocess.Table:
+        """Partition selection, then noise on every measure of every released group."""
+        nk, measures = len(plan.keys), plan.measures
+        groups: dict[tuple, tuple] = {}
+        for r in rows:
+            groups[tuple(r[:nk])] = r[nk:]
+        if plan.keys and plan.selection is None:      # public domains: exactly the domain
+            zero = (0,) * (len(measures))
+            domain = itertools.product(*[k.domain for k in plan.keys])
+            groups = {key: groups.get(key, zero) for key in domain}
+        elif not plan.keys and not groups:
+            groups = {(): (0,) * len(measures)}
+        widths = {m.name: mechs[m.name].half_width() for m in measures}
+        released = []
+        for key, values in groups.items():
+            if sel is not None:
+                units = values[len(measures)] or 0
+                if sel.release(units, self.rng) <= plan.selection.threshold:
+                    continue
+            env = {}
+            for m, v in zip(measures, values):
+                exact = Fraction(v if v is not None else 0) if not isinstance(v, float) else Fraction(v)
+                env[m.name] = mechs[m.name].release(exact / m.divisor, self.rng)
+            released.append((key, env, widths))
+        outputs = [(o.name, o.expr, o.noisy) for o in plan.outputs]
+        return postprocess.finish(released, outputs, plan.having, plan.order, plan.limit, plan.offset)
+
+    def _key_type(self, plan: QueryPlan, expr: tuple) -> str:
+        if expr[0] == "key":
+            col = plan.keys[expr[1]].column
+            return _type_name(self.schema.columns[plan.table.name].get(col, "other"))
+        return "string"
+
+    @staticmethod
+    def _accuracy(output, mechs) -> Accuracy | None:
+        if not output.noisy:
+            return None
+        if output.expr[0] == "ref":
+            m = mechs[output.expr[1]]
+            return Accuracy(m.name, m.scale, m.half_width())
+        names = _refs(output.expr)
+        kinds = {mechs[n].name for n in names}
+        return Accuracy(kinds.pop() if len(kinds) == 1 else "mixed", None, None)
+
+    # -- EXPLAIN DP
+    def _explain(self, plan: QueryPlan) -> Result:
+        sql = to_sql(plan, self.engine.dialect)
+        mechs, sel = self._mechanisms(plan)
+        rows = []
+        for m, spec in zip(plan.measures, plan.noise):
+            mech = mechs[m.name]
+            rows.append(("value", m.label, mech.name, spec.sensitivity, spec.epsilon, spec.delta,
+                         mech.scale, mech.half_width(),
+                         f"{'L1' if spec.mechanism == 'laplace' else 'L2'} sensitivity = "
+                         f"{plan.l0} group(s) per unit x {spec.linf:g} per group"))
+        if sel is not None:
+            s = plan.selection
+            rows.append(("partition_selection", "distinct units per group", "laplace", float(s.l0), s.epsilon,
+                         s.delta, sel.scale, sel.half_width(),
+                         f"a group is released only if its noisy unit count exceeds {s.threshold:.2f}"))
+        outputs = ", ".join(f"{o.name} = {o.text}" for o in plan.outputs)
+        split = len(plan.noise) + (1 if sel is not None else 0)
+        rows.append(("charge", "total", plan.mechanism, None, plan.cost.epsilon, plan.cost.delta, None, None,
+                     f"epsilon split evenly over {split} noisy part(s); outputs: {outputs}"))
+        t = plan.table
+        if plan.bounded:
+            how = (f"per-unit pre-aggregation on {t.privacy_unit}: at most {t.max_rows_per_unit} row(s) per group"
+                   + (f", at most {t.max_groups_per_unit} group(s) per unit chosen by a salted hash"
+                      if plan.group_choice else "") + "; values clipped to declared bounds")
+        else:
+            how = f"{t.privacy_unit} is unique in the engine (PRIMARY KEY/UNIQUE): rows clipped only"
+        if plan.keys:
+            how += "; groups: " + ", ".join(
+                f"{k.column} ({'public domain of ' + str(len(k.domain)) if k.domain else 'partition selection'})"
+                for k in plan.keys)
+        rows.append(("bounding", None, None, None, None, None, None, None, how))
+        rows.append(("rewritten_sql", None, None, None, None, None, None, None, sql))
+        cols = ["item", "aggregate", "mechanism", "sensitivity", "epsilon", "delta", "noise_scale",
+                "ci95_half_width", "detail"]
+        types = ["string", "string", "string", "number", "number", "number", "number", "number", "string"]
+        return Result(cols, types, rows, "explain", [None] * len(cols), [(None,) * len(cols) for _ in rows],
+                      tag="EXPLAIN")
+
+    # -- SET / RESET / SHOW
+    def _set(self, name: str, value: str) -> Result:
+        if not name.startswith("dpsql."):
+            raise QueryRejected(f"SET {name}", "only dpsql.epsilon, dpsql.delta and dpsql.mechanism can be set",
+                                "engine settings are fixed by the data owner")
+        key = name[len("dpsql."):]
+        if key == "epsilon":
+            eps = _float_setting(name, value)
+            if not eps > 0:
+                raise InvalidSetting("dpsql.epsilon must be positive")
+            total = self.policy.budget.epsilon
+            if eps > total:
+                raise InvalidSetting(f"dpsql.epsilon {eps:g} exceeds the lifetime budget {total:g}")
+            left = self.spending().epsilon_remaining
+            if eps > left:
+                raise InvalidSetting(f"dpsql.epsilon {eps:g} exceeds the remaining budget {left:g}")
+            self.epsilon = eps
+        elif key == "delta":
+            delta = _float_setting(name, value)
+            if not 0 <= delta < 1:
+                raise InvalidSetting("dpsql.delta must be in [0, 1)")
+            if delta > self.policy.budget.delta:
+                raise InvalidSetting(f"dpsql.delta {delta:g} exceeds the lifetime budget {self.policy.budget.delta:g}")
+            if delta == 0 and self.mechanism != "laplace":
+                raise InvalidSetting("the Gaussian mechanism needs dpsql.delta > 0")
+            self.delta = delta
+        elif key == "mechanism":
+            mech = value.strip().lower()
+            if mech not in MECHANISMS:
+                raise InvalidSetting(f"dpsql.mechanism must be one of {', '.join(MECHANISMS)}")
+            if mech != "laplace" and self.delta <= 0:
+                raise InvalidSetting("the Gaussian mechanism needs dpsql.delta > 0; SET dpsql.delta first")
+            self.mechanism = mech
+        elif key in ("analyst", "budget", "spent", "ledger", "policy"):
+            raise QueryRejected(f"SET {name}", "the analyst, the budget and the spending are fixed by the policy")
+        else:
+            raise InvalidSetting(f"unknown setting {name}; settable: dpsql.epsilon, dpsql.delta, dpsql.mechanism")
+        return Result([], [], [], "set", tag="SET")
+
+    def _reset(self, name: str) -> Result:
+        d = self.policy.defaults
+        if name == "all":
+            self.epsilon, self.delta, self.mechanism = d.epsilon, d.delta, d.mechanism
+        elif name == "dpsql.epsilon":
+            self.epsilon = d.epsilon
+        elif name == "dpsql.delta":
+            self.delta = d.delta
+        elif name == "dpsql.mechanism":
+            self.mechanism = d.mechanism
+        else:
+            raise QueryRejected(f"RESET {name}", "only dpsql settings can be reset")
+        return Result([], [], [], "set", tag="RESET")
+
+    def spending(self) -> Spending:
+        b = self.policy.budget
+        return self.ledger.spending(self.analyst, epsilon_total=b.epsilon, delta_total=b.delta)
+
+    def _show(self, name: str) -> Result:
+        if name == "dpsql.budget":
+            s = self.spending()
+            cols = ["analyst", "epsilon_spent", "epsilon_remaining", "delta_spent", "delta_remaining"]
+            row = (self.analyst, s.epsilon_spent, s.epsilon_remaining, s.delta_spent, s.delta_remaining)
+            return Result(cols, ["string"] + ["number"] * 4, [row], "show", [None] * 5, [(None,) * 5], tag="SHOW")
+        values = {"dpsql.epsilon": self.epsilon, "dpsql.delta": self.delta, "dpsql.mechanism": self.mechanism,
+                  "dpsql.analyst": self.analyst}
+        if name not in values:
+            raise QueryRejected(f"SHOW {name}", "dpsql shows dpsql.budget, dpsql.epsilon, dpsql.delta, "
+                                "dpsql.mechanism and dpsql.analyst")
+        v = values[name]
+        col = name.split(".", 1)[1]
+        return Result([col], ["number" if isinstance(v, float) else "string"], [(v,)], "show", [None], [(None,)],
+                      tag="SHOW")
+
+
+def _explain_public(q: PublicQuery) -> Result:
+    rows = [("public", None, None, None, 0.0, 0.0, None, None, "reads no protected table: passed through, "
+             "charges nothing"), ("rewritten_sql", None, None, None, None, None, None, None, q.sql)]
+    cols = ["item", "aggregate", "mechanism", "sensitivity", "epsilon", "delta", "noise_scale",
+            "ci95_half_width", "detail"]
+    types = ["string", "string", "string", "number", "number", "number", "number", "number", "string"]
+    return Result(cols, types, rows, "explain", [None] * len(cols), [(None,) * len(cols) for _ in rows],
+                  tag="EXPLAIN")
+
+
+def _refs(expr: tuple) -> set[str]:
+    if expr[0] == "ref":
+        return {expr[1]}
+    if expr[0] == "avg":
+        return {expr[1], expr[2]}
+    out: set[str] = set()
+    for a in expr[1:]:
+        if isinstance(a, tuple):
+            out |= _refs(a)
+    return out
+
+
+def _float_setting(name: str, value: str) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise InvalidSetting(f"{name} must be a number") from None
+    if not math.isfinite(v):
+        raise InvalidSetting(f"{name} must be finite")
+    return v
+
+
+def _type_name(sql_type: str) -> str:
+    fam = family(sql_type)
+    return {"int": "number", "float": "number", "decimal": "number", "text": "string", "bool": "boolean",
+            "date": "date", "timestamp": "timestamp"}.get(fam, "string")
+
+
+def _ledger_path(policy: Policy) -> Path:
+    if policy.budget.ledger is not None:
+        return policy.budget.ledger
+    if policy.source == "<dict>":
+        raise PolicyError("policy <dict>: budget.ledger: missing: a policy given as a dict must name its ledger file")
+    p = Path(policy.source)
+    return p.with_name(p.stem + ".ledger.sqlite")
