@@ -19,15 +19,25 @@ def row_aggregate(m: Measure) -> exp.Expression:
     return exp.Sum(this=clipped_row_value(exp.column(m.column), m))
 
 
-def per_unit_aggregate(m: Measure, rows_per_unit: int) -> exp.Expression:
-    """One unit's contribution to one group, clamped to max_rows_per_unit times the row bound."""
-    agg = row_aggregate(m)
+def per_unit_aggregate(m: Measure) -> exp.Expression:
+    """One unit's raw aggregate in one group (the inner level of the bounded rewrite)."""
+    return row_aggregate(m)
+
+
+def bounded_total(m: Measure, rows_per_unit: int) -> exp.Expression:
+    """Sum over units of each unit's contribution, clamped to max_rows_per_unit times the row bound.
+
+    count: LEAST(count, m), so each unit adds at most m; sum: the unit's sum of clamped
+    exact row values, clamped again to [m*lo, m*hi].
+    """
+    v = exp.column(m.name)
     if m.kind == "count":
-        return exp.Least(this=agg, expressions=[exp.Literal.number(rows_per_unit)])
+        # a count is never NULL, so LEAST's NULL handling does not matter here
+        return exp.Sum(this=exp.Least(this=v, expressions=[exp.Literal.number(rows_per_unit)], ignore_nulls=True))
     lo, hi = row_bounds(m)
-    return clamp(agg, lo * rows_per_unit, hi * rows_per_unit)
+    return exp.Sum(this=clamp(v, lo * rows_per_unit, hi * rows_per_unit))
 
 
 def total(m: Measure) -> exp.Expression:
-    """Sum of the per-unit contributions in a group."""
-    return exp.Sum(this=exp.column(m.name))
+    """Sum of the rows' contributions in a group (one row per unit: the PK shortcut)."""
+    return row_aggregate(m)

@@ -43,9 +43,15 @@ def _decimal_text(fr: Fraction) -> str:
 
 
 def clamp(value: exp.Expression, lo: Fraction, hi: Fraction) -> exp.Expression:
-    """GREATEST(LEAST(value, hi), lo): total, never fails."""
-    capped = exp.Least(this=value, expressions=[number(hi)])
-    return exp.Greatest(this=capped, expressions=[number(lo)])
+    """CASE WHEN v < lo THEN lo WHEN v > hi THEN hi ELSE v END.
+
+    Total (never fails) and NULL-preserving: LEAST/GREATEST would turn NULL into a
+    bound, since DuckDB and PostgreSQL ignore NULL arguments there. NaN compares
+    greater than every number in both engines, so it becomes hi.
+    """
+    return exp.Case(ifs=[exp.If(this=exp.LT(this=value, expression=number(lo)), true=number(lo)),
+                         exp.If(this=exp.GT(this=value.copy(), expression=number(hi)), true=number(hi))],
+                    default=value.copy())
 
 
 def clipped_row_value(column: exp.Expression, m: Measure) -> exp.Expression:

@@ -2,11 +2,12 @@
 
 Following Wilson et al. (PoPETs 2020), the bounded rewrite has two levels:
 
-1. per (unit, group): one row per unit and group key, holding the unit's measures
-   clamped to max_rows_per_unit times the per-row bound (aggregates.per_unit_aggregate),
+1. per (unit, group): one row per unit and group key, holding the unit's aggregates
+   of clipped rows (aggregates.per_unit_aggregate),
    and, when a unit could reach more groups than max_groups_per_unit, a rank
    ROW_NUMBER() OVER (PARTITION BY unit ORDER BY hash(unit, keys, salt));
-2. per group: only rows with rank <= max_groups_per_unit are summed.
+2. per group: only rows with rank <= max_groups_per_unit are summed, each first
+   clamped to max_rows_per_unit times the per-row bound (aggregates.bounded_total).
 
 So one unit touches at most L0 = max_groups_per_unit groups and moves each by at most
 Linf: the bounds dpsql.analysis.sensitivity turns into sensitivities. The choice of
@@ -49,46 +50,52 @@ def base_filter(plan: QueryPlan) -> exp.Expression:
     if plan.where is not None:
         conds.append(exp.Paren(this=plan.where.copy()))
     conds.extend(partitions.domain_filter(plan))
-    return exp.and_(*conds)
+    out = conds[0]
+    for c in conds[1:]:
+        out = exp.And(this=out, expression=c)
+    return out
 
 
 def _table(plan: QueryPlan) -> exp.Table:
     return exp.to_table(plan.table_ref)
 
 
+def _select(columns: list[exp.Expression], source: exp.Expression, where: exp.Expression | None,
+            group: list[exp.Expression]) -> exp.Select:
+    """A SELECT built in place (sqlglot's builder methods deep-copy at every step)."""
+    args: dict = {"expressions": columns, "from_": exp.From(this=source)}
+    if where is not None:
+        args["where"] = exp.Where(this=where)
+    if group:
+        args["group"] = exp.Group(expressions=group)
+    return exp.Select(**args)
+
+
 def bounded(plan: QueryPlan, dialect: str) -> exp.Select:
     """The two-level rewrite with per-unit pre-aggregation."""
-    unit = exp.column(plan.table.privacy_unit)
-    key_cols = [exp.column(k.column) for k in plan.keys]
+    unit = plan.table.privacy_unit
     rows = plan.table.max_rows_per_unit
-    inner = exp.select(
-        *[exp.alias_(c.copy(), k.name) for c, k in zip(key_cols, plan.keys)],
-        *[exp.alias_(aggregates.per_unit_aggregate(m, rows), m.name) for m in plan.measures],
-    ).from_(_table(plan)).where(base_filter(plan)).group_by(unit.copy(), *[c.copy() for c in key_cols])
+    inner_cols = [exp.alias_(exp.column(k.column), k.name, copy=False) for k in plan.keys]
+    inner_cols += [exp.alias_(aggregates.per_unit_aggregate(m), m.name, copy=False) for m in plan.measures]
     if plan.group_choice:
-        rank = exp.Window(this=exp.RowNumber(), partition_by=[unit.copy()],
-                          order=exp.Order(expressions=[exp.Ordered(this=_salted_hash(unit.copy(), [c.copy() for c in key_cols], dialect))]))
-        inner = inner.select(exp.alias_(rank, "_rank"))
-    outer = exp.select(
-        *[exp.column(k.name) for k in plan.keys],
-        *[exp.alias_(aggregates.total(m), m.name) for m in plan.measures],
-        *partitions.units_column(plan),
-    ).from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("_per_unit"))))
+        order = exp.Ordered(this=_salted_hash(exp.column(unit), [exp.column(k.column) for k in plan.keys], dialect))
+        rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(unit)], order=exp.Order(expressions=[order]))
+        inner_cols.append(exp.alias_(rank, "_rank", copy=False))
+    inner = _select(inner_cols, _table(plan), base_filter(plan),
+                    [exp.column(unit)] + [exp.column(k.column) for k in plan.keys])
+    outer_cols = [exp.column(k.name) for k in plan.keys]
+    outer_cols += [exp.alias_(aggregates.bounded_total(m, rows), m.name, copy=False) for m in plan.measures]
+    outer_cols += partitions.units_column(plan)
+    keep = None
     if plan.group_choice:
-        outer = outer.where(exp.LTE(this=exp.column("_rank"), expression=exp.Literal.number(plan.table.max_groups_per_unit)))
-    if plan.keys:
-        outer = outer.group_by(*[exp.column(k.name) for k in plan.keys])
-    return outer
+        keep = exp.LTE(this=exp.column("_rank"), expression=exp.Literal.number(plan.table.max_groups_per_unit))
+    per_unit = exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("_per_unit")))
+    return _select(outer_cols, per_unit, keep, [exp.column(k.name) for k in plan.keys])
 
 
 def unique_unit(plan: QueryPlan, dialect: str) -> exp.Select:
     """One row per unit (engine-guaranteed): clip rows and aggregate per group."""
-    key_cols = [exp.column(k.column) for k in plan.keys]
-    sel = exp.select(
-        *[exp.alias_(c, k.name) for c, k in zip(key_cols, plan.keys)],
-        *[exp.alias_(aggregates.row_aggregate(m), m.name) for m in plan.measures],
-        *partitions.units_column(plan),
-    ).from_(_table(plan)).where(base_filter(plan))
-    if plan.keys:
-        sel = sel.group_by(*[exp.column(k.column) for k in plan.keys])
-    return sel
+    cols = [exp.alias_(exp.column(k.column), k.name, copy=False) for k in plan.keys]
+    cols += [exp.alias_(aggregates.total(m), m.name, copy=False) for m in plan.measures]
+    cols += partitions.units_column(plan)
+    return _select(cols, _table(plan), base_filter(plan), [exp.column(k.column) for k in plan.keys])

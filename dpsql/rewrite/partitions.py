@@ -28,4 +28,4 @@ def units_column(plan: QueryPlan) -> list[exp.Expression]:
     """COUNT(*) AS _units in the final aggregation, when partition selection needs it."""
     if plan.selection is None:
         return []
-    return [exp.alias_(exp.Count(this=exp.Star()), "_units")]
+    return [exp.alias_(exp.Count(this=exp.Star()), "_units", copy=False)]
