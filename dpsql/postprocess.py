@@ -32,8 +32,8 @@ def evaluate(expr: tuple, env: Env, keys: Sequence[Any]) -> Any:
     if op == "key":
         return keys[expr[1]]
     if op == "avg":
-        _, s, c, lo, hi, div = expr
-        return _avg(env[s], env[c], lo, hi, div)
+        _, s, c, lo, hi = expr
+        return _avg(env[s], env[c], lo, hi)
     if op == "neg":
         v = evaluate(expr[1], env, keys)
         return None if v is None else -v
@@ -82,10 +82,11 @@ _CMP: dict[str, Callable[[Any, Any], bool]] = {
 }
 
 
-def _avg(s: float, c: float, lo: float, hi: float, div: int) -> float:
-    """mid + (s/div)/max(c, 1), clamped to [lo, hi]: post-processing of two noisy values."""
+def _avg(s: float, c: float, lo: float, hi: float) -> float:
+    """mid + s/max(c, 1), clamped to [lo, hi]: post-processing of two noisy values
+    (s: the noisy sum of x - mid; c: the noisy count of non-NULL x)."""
     mid = (lo + hi) / 2
-    return min(hi, max(lo, mid + (s / div) / max(c, 1.0)))
+    return min(hi, max(lo, mid + s / max(c, 1.0)))
 
 
 def half_width(expr: tuple, env: Env, widths: Env, keys: Sequence[Any]) -> float | None:
@@ -112,8 +113,8 @@ def _interval(expr: tuple, env: Env, widths: Env, keys) -> tuple[float, float] |
         v, w = env[expr[1]], widths[expr[1]]
         return (v - w, v + w)
     if op == "avg":
-        _, s, c, lo, hi, div = expr
-        sv, sw, cv, cw = env[s] / div, widths[s] / div, env[c], widths[c]
+        _, s, c, lo, hi = expr
+        sv, sw, cv, cw = env[s], widths[s], env[c], widths[c]
         clo, chi = max(cv - cw, 1.0), max(cv + cw, 1.0)
         mid = (lo + hi) / 2
         cands = [mid + a / b for a in (sv - sw, sv + sw) for b in (clo, chi)]

@@ -98,8 +98,24 @@ class Session:
         d = policy.defaults
         self.epsilon, self.delta, self.mechanism = d.epsilon, d.delta, d.mechanism
 
+    @staticmethod
+    def demo() -> tuple[Path, Path, str]:
+        """The bundled demo's database, policy and analyst (created on first use)."""
+        from dpsql.demo import DEMO_ANALYST, ensure_demo
+        db, policy = ensure_demo()
+        return db, policy, DEMO_ANALYST
+
     @classmethod
-    def open(cls, target: Any, policy: Any, analyst: str, *, rng=None, **engine_options: Any) -> "Session":
+    def open(cls, target: Any, policy: Any, analyst: str | None, *, rng=None, **engine_options: Any) -> "Session":
+        """Open a session on a target (None: the bundled demo, created on first use)."""
+        if target is None:
+            db, demo_policy, demo_analyst = cls.demo()
+            target, policy = str(db), policy or str(demo_policy)
+            analyst = analyst or demo_analyst
+        if policy is None:
+            raise InterfaceError("a policy is needed: a TOML file path or a dict")
+        if analyst is None:
+            raise InterfaceError("an analyst is needed: whose privacy budget to charge")
         pol = load_policy(policy)
         engine = open_engine(target, **engine_options)
         try:

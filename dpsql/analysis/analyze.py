@@ -568,7 +568,7 @@ class _Analysis:
         s = self._measure("sum", name, True, f"AVG({name}) numerator")
         c = self._measure("count", name, False, f"COUNT({name})")
         lo, hi = _exact_bounds(col, self.column_type(name))[:2]
-        return ("avg", s.name, c.name, float(lo), float(hi), 2)
+        return ("avg", s.name, c.name, float(lo), float(hi))
 
     def _measure(self, kind: str, column: str | None, centered: bool, label: str) -> Measure:
         key = (kind, column, centered)

@@ -115,7 +115,8 @@ def bind_params(tree: exp.Expression, params: Sequence[Any] | Mapping[str, Any])
 
     def value_for(node: exp.Placeholder) -> Any:
         nonlocal used
-        name = node.name
+        name = node.args.get("this")
+        name = str(name) if name is not None else ""
         if isinstance(params, Mapping):
             if not name or name not in params:
                 raise QueryRejected("a query parameter", f"no value given for parameter {name or '?'!r}")

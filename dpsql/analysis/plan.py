@@ -9,7 +9,8 @@ trees, so that post-processing needs no sqlglot:
     ("lit", value)              a literal
     ("ref", name)               a noisy measure, by its column name in the rewrite
     ("key", i)                  the i-th GROUP BY key (exact: keys are public or selected)
-    ("avg", s, c, lo, hi, div)  clamp(mid + (s/div)/max(c, 1), lo, hi), mid=(lo+hi)/2
+    ("avg", s, c, lo, hi)       clamp(mid + s/max(c, 1), lo, hi), mid=(lo+hi)/2, s the
+                                centered sum in value units (the Session divides by Measure.divisor)
     ("neg", a)  ("add"|"sub"|"mul"|"div", a, b)
     ("cmp", op, a, b)           op in = <> < <= > >=
     ("and", a, b) ("or", a, b) ("not", a) ("isnull", a, negated)

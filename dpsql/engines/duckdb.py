@@ -19,7 +19,7 @@ from dpsql.errors import EngineError, InterfaceError
 
 log = logging.getLogger("dpsql.engine")
 
-_LOCKED_CONFIG = {
+LOCKED_CONFIG = {
     "enable_external_access": False,
     "autoinstall_known_extensions": False,
     "autoload_known_extensions": False,
@@ -34,7 +34,7 @@ class DuckDBEngine:
                  memory_limit: str | None = None):
         self._lock = threading.Lock()
         if isinstance(target, str):
-            config: dict[str, Any] = dict(_LOCKED_CONFIG)
+            config: dict[str, Any] = dict(LOCKED_CONFIG)
             if threads:
                 config["threads"] = threads
             if memory_limit:

@@ -191,13 +191,4 @@ def connect(target: Any = None, *, policy: Any = None, analyst: str | None = Non
     policy: a TOML file path or a dict of the same structure.
     analyst: whose budget is charged.
     """
-    if target is None:
-        from dpsql.demo import DEMO_ANALYST, ensure_demo
-        db, pol = ensure_demo()
-        target, policy = str(db), policy or str(pol)
-        analyst = analyst or DEMO_ANALYST
-    if policy is None:
-        raise InterfaceError("connect() needs policy=: a TOML file path or a dict")
-    if analyst is None:
-        raise InterfaceError("connect() needs analyst=: whose privacy budget to charge")
     return Connection(Session.open(target, policy, analyst, **options))
