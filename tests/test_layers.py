@@ -1,0 +1,71 @@
+"""The layering rule of shared/DESIGN.md, checked on the import statements.
+
+errors <- policy <- analysis <- rewrite <- session <- frontends; engines, noise, ledger,
+postprocess sit beside and only session imports them; noise and ledger import no
+sqlglot; frontends import only session and errors.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1] / "dpsql"
+
+# module group -> dpsql groups it may import
+ALLOWED = {
+    "errors": set(),
+    "cost": set(),
+    "policy": {"errors"},
+    "analysis": {"errors", "policy", "cost", "analysis"},
+    "rewrite": {"errors", "policy", "cost", "analysis", "rewrite"},
+    "engines": {"errors", "engines"},
+    "noise": {"errors", "noise"},
+    "ledger": {"errors"},
+    "postprocess": {"errors"},
+    "datagen": set(),
+    "demo": {"datagen"},
+    "session": {"errors", "policy", "cost", "analysis", "rewrite", "engines", "noise", "ledger",
+                "postprocess", "demo"},
+    "frontends": {"errors", "session", "frontends"},
+    "__init__": {"errors", "frontends"},
+}
+NO_SQLGLOT = {"noise", "ledger", "postprocess", "engines", "policy", "errors", "cost"}
+
+
+def _group(path: Path) -> str:
+    rel = path.relative_to(PKG)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def _imports(path: Path):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+            if node.module == "dpsql":
+                for a in node.names:
+                    yield f"dpsql.{a.name}"
+
+
+def test_every_module_has_a_layer():
+    for path in PKG.rglob("*.py"):
+        assert _group(path) in ALLOWED, f"{path} is in no layer: add it to tests/test_layers.py"
+
+
+def test_imports_point_left_only():
+    bad = []
+    for path in PKG.rglob("*.py"):
+        group = _group(path)
+        for name in _imports(path):
+            parts = name.split(".")
+            if parts[0] == "sqlglot" and group in NO_SQLGLOT:
+                bad.append(f"{path.relative_to(PKG)} imports sqlglot")
+            if parts[0] != "dpsql" or len(parts) < 2:
+                continue
+            target = parts[1]
+            if target not in ALLOWED[group] and target != group:
+                bad.append(f"{path.relative_to(PKG)} imports dpsql.{target}")
+    assert not bad, "layering violations:\n" + "\n".join(bad)
