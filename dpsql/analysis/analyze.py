@@ -519,9 +519,10 @@ class _Analysis:
         if isinstance(node, exp.Null):
             return ("lit", None)
         if isinstance(node, exp.Neg):
-            return ("neg", self._post(node.this, where))
+            return ("neg", self._numeric(self._post(node.this, where)))
         if type(node) in _ARITH:
-            return (_ARITH[type(node)], self._post(node.this, where), self._post(node.expression, where))
+            return (_ARITH[type(node)], self._numeric(self._post(node.this, where)),
+                    self._numeric(self._post(node.expression, where)))
         if where != "SELECT":
             if type(node) in _CMP:
                 return ("cmp", _CMP[type(node)], self._post(node.this, where), self._post(node.expression, where))
@@ -538,6 +539,15 @@ class _Analysis:
                 return ("and", ("cmp", ">=", v, self._post(node.args["low"], where)),
                         ("cmp", "<=", v, self._post(node.args["high"], where)))
         raise _refuse_expression(node, where)
+
+    @staticmethod
+    def _numeric(expr: Expr) -> Expr:
+        """Arithmetic takes noisy aggregates and numeric literals only."""
+        if expr[0] == "key":
+            raise QueryRejected("arithmetic on a GROUP BY column", "arithmetic applies to aggregates and numbers")
+        if expr[0] == "lit" and (expr[1] is None or isinstance(expr[1], (str, bool))):
+            raise QueryRejected("arithmetic on a non-number", "arithmetic applies to aggregates and numbers")
+        return expr
 
     def _aggregate(self, node: exp.Expression) -> Expr:
         arg = node.this

@@ -71,7 +71,7 @@ def classify(text: str, params: Sequence[Any] | Mapping[str, Any] | None = None,
         tree = bind_params(tree, params)
     elif tree.find(exp.Placeholder):
         raise QueryRejected("a query parameter", "the query has placeholders but no parameters were given")
-    return Statement("query", tree=tree, text=tree.sql(dialect))
+    return Statement("query", tree=tree, text=text)
 
 
 def parse_sql(text: str, dialect: str = "duckdb") -> exp.Expression:

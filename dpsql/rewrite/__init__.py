@@ -13,6 +13,7 @@ salt is the bound parameter `salt` (contribution.SALT), so the SQL text is stabl
 from __future__ import annotations
 
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ErrorLevel
 
 from dpsql.analysis.plan import QueryPlan
@@ -30,5 +31,9 @@ def rewrite(plan: QueryPlan, dialect: str = "duckdb") -> exp.Select:
 
 
 def to_sql(plan: QueryPlan, dialect: str = "duckdb") -> str:
-    """SQL text for the engine; constructs the dialect cannot express raise."""
-    return rewrite(plan, dialect).sql(dialect=dialect, unsupported_level=ErrorLevel.RAISE)
+    """SQL text for the engine; constructs the dialect cannot express raise.
+
+    The tree is freshly built, so the generator may use it in place (no copy).
+    """
+    generator = Dialect.get_or_raise(dialect).generator(unsupported_level=ErrorLevel.RAISE)
+    return generator.generate(rewrite(plan, dialect), copy=False)

@@ -1,0 +1,63 @@
+"""Post-processing on noisy rows: expressions, intervals, HAVING, ORDER BY, LIMIT."""
+from __future__ import annotations
+
+import pytest
+
+from dpsql.postprocess import evaluate, finish, half_width
+
+ENV = {"_v0": 10.0, "_v1": -4.0, "_v2": 0.0}
+W = {"_v0": 1.0, "_v1": 2.0, "_v2": 0.5}
+
+
+@pytest.mark.parametrize("expr, value", [
+    (("add", ("ref", "_v0"), ("lit", 2.0)), 12.0),
+    (("sub", ("ref", "_v0"), ("ref", "_v1")), 14.0),
+    (("mul", ("ref", "_v1"), ("lit", 3.0)), -12.0),
+    (("div", ("ref", "_v0"), ("ref", "_v2")), None),          # division by (noisy) zero: NULL, no error
+    (("neg", ("ref", "_v1")), 4.0),
+    (("cmp", ">", ("ref", "_v0"), ("lit", 5.0)), True),
+    (("and", ("cmp", ">", ("ref", "_v0"), ("lit", 5.0)), ("lit", None)), None),
+    (("or", ("lit", None), ("lit", True)), True),
+    (("not", ("cmp", "=", ("key", 0), ("lit", "CA"))), False),
+    (("isnull", ("lit", None), False), True),
+    (("cmp", "<", ("key", 0), ("lit", 3.0)), None),            # incomparable types: NULL, no error
+])
+def test_evaluate(expr, value):
+    assert evaluate(expr, ENV, ("CA",)) == value
+
+
+def test_avg_is_clamped_and_safe_with_tiny_counts():
+    env = {"s": 5000.0, "c": 0.2}
+    assert evaluate(("avg", "s", "c", 0.0, 100.0), env, ()) == 100.0   # clamped to the upper bound
+    env = {"s": -10.0, "c": 10.0}
+    assert evaluate(("avg", "s", "c", 0.0, 100.0), env, ()) == pytest.approx(49.0)
+
+
+def test_half_width_by_interval_arithmetic():
+    assert half_width(("ref", "_v0"), ENV, W, ()) == 1.0
+    assert half_width(("add", ("ref", "_v0"), ("ref", "_v1")), ENV, W, ()) == 3.0
+    assert half_width(("mul", ("ref", "_v0"), ("lit", 2.0)), ENV, W, ()) == 2.0
+    assert half_width(("div", ("ref", "_v0"), ("ref", "_v2")), ENV, W, ()) is None   # 0 in the denominator
+    w = half_width(("avg", "_v0", "_v2", 0.0, 10.0), {"_v0": 10.0, "_v2": 100.0}, {"_v0": 5.0, "_v2": 10.0}, ())
+    assert 0 < w < 1
+
+
+def test_finish_having_order_limit_offset():
+    rows = [(("a",), {"_v0": 5.0}, {"_v0": 1.0}), (("b",), {"_v0": 50.0}, {"_v0": 1.0}),
+            (("c",), {"_v0": 20.0}, {"_v0": 1.0}), (("d",), {"_v0": 1.0}, {"_v0": 1.0})]
+    outputs = [("k", ("key", 0), False), ("n", ("ref", "_v0"), True)]
+    having = ("cmp", ">", ("ref", "_v0"), ("lit", 2.0))
+    t = finish(rows, outputs, having, [(("ref", "_v0"), True, True)], limit=2, offset=1)
+    assert t.columns == ["k", "n"]
+    assert t.rows == [("c", 20.0), ("a", 5.0)]
+    assert t.widths == [(None, 1.0), (None, 1.0)]
+
+
+def test_order_nulls_placement():
+    rows = [((k,), {"_v0": v}, {"_v0": 0.0}) for k, v in [("a", 1.0), ("b", 0.0), ("c", 3.0)]]
+    outputs = [("k", ("key", 0), False), ("q", ("div", ("lit", 1.0), ("ref", "_v0")), True)]
+    order_expr = ("div", ("lit", 1.0), ("ref", "_v0"))
+    asc_last = finish(rows, outputs, None, [(order_expr, False, False)], None, 0)
+    assert [r[0] for r in asc_last.rows] == ["c", "a", "b"]
+    desc_first = finish(rows, outputs, None, [(order_expr, True, True)], None, 0)
+    assert [r[0] for r in desc_first.rows] == ["b", "a", "c"]
