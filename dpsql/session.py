@@ -256,8 +256,12 @@ class Session:
             zero = (0,) * (len(measures))
             domain = itertools.product(*[k.domain for k in plan.keys])
             groups = {key: groups.get(key, zero) for key in domain}
-        elif not plan.keys and not groups:
-            groups = {(): (0,) * len(measures)}
+        elif not plan.keys:
+            groups = groups or {(): (0,) * len(measures)}
+        else:
+            # Partition-selected groups: the engine's row order depends on the data (hash
+            # tables, threads), so release them in an order fixed by the keys alone.
+            groups = dict(sorted(groups.items(), key=lambda kv: _key_order(kv[0])))
         widths = {m.name: mechs[m.name].half_width() for m in measures}
         released = []
         for key, values in groups.items():
@@ -267,7 +271,7 @@ class Session:
                     continue
             env = {}
             for m, v in zip(measures, values):
-                exact = Fraction(v if v is not None else 0) if not isinstance(v, float) else Fraction(v)
+                exact = Fraction(0 if v is None else v)       # ints and Decimals: exact
                 env[m.name] = mechs[m.name].release(exact / m.divisor, self.rng)
             released.append((key, env, widths))
         outputs = [(o.name, o.expr, o.noisy) for o in plan.outputs]
@@ -411,6 +415,11 @@ def _explain_public(q: PublicQuery) -> Result:
     types = ["string", "string", "string", "number", "number", "number", "number", "number", "string"]
     return Result(cols, types, rows, "explain", [None] * len(cols), [(None,) * len(cols) for _ in rows],
                   tag="EXPLAIN")
+
+
+def _key_order(key: tuple) -> tuple:
+    """A total order on group keys of mixed types and NULLs."""
+    return tuple((v is None, type(v).__name__, v if v is not None else 0) for v in key)
 
 
 def _refs(expr: tuple) -> set[str]:
