@@ -21,7 +21,6 @@ import datetime as _dt
 import math
 import re
 from dataclasses import dataclass, field
-from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Mapping
 
@@ -36,6 +35,9 @@ from dpsql.policy import ColumnPolicy, Policy, TablePolicy
 
 MAX_PUBLIC_GROUPS = 1_000_000
 _LITERAL_LIMIT = 1e18
+_NUMBER = re.compile(r"\d{1,19}(\.\d{0,18})?|\.\d{1,18}|\d+(\.\d*)?[eE][+-]?\d{1,3}")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d{1,6})?")
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -143,11 +145,22 @@ def _table_name(t: exp.Table) -> str | None:
     return t.this.name.lower() if isinstance(t.this, exp.Identifier) else None
 
 
+def _policy_table(policy: Policy, name: str) -> TablePolicy | None:
+    """The protected table a reference names: by its policy name or by its `source`."""
+    table = policy.table(name)
+    if table is not None:
+        return table
+    for t in policy.tables.values():
+        if t.source and t.source.lower().split(".")[-1] == name:
+            return t
+    return None
+
+
 def _protected_tables(tree: exp.Expression, policy: Policy) -> set[str]:
     found = set()
     for t in tree.find_all(exp.Table):
         name = _table_name(t)
-        if name and policy.table(name):
+        if name and _policy_table(policy, name):
             found.add(name)
     return found
 
@@ -184,7 +197,7 @@ def _public(tree: exp.Expression, schema: Schema, dialect: str) -> PublicQuery:
     for cls, what in ((exp.Into, "SELECT INTO"), (exp.Lock, "locking clauses")):
         if tree.find(cls):
             raise QueryRejected(what, "dpsql answers read-only queries only")
-    return PublicQuery(tree.sql(dialect), tree)
+    return PublicQuery(tree.sql(dialect, comments=False), tree)
 
 
 # ----------------------------------------------------------------------------- private
@@ -318,11 +331,14 @@ class _Analysis:
             if t.args.get(arg):
                 raise QueryRejected(arg.upper(), "not part of the accepted subset")
         name = t.this.name.lower()
-        table = self.policy.table(name)
+        table = _policy_table(self.policy, name)
         if table is None:  # a public table mixed with a protected one elsewhere
             raise QueryRejected("mixing public and protected tables", "the query must read one protected table")
+        alias = t.args.get("alias")
+        if alias is not None and alias.args.get("columns"):
+            raise QueryRejected("a column list on the table alias", "refer to the table's own column names")
         self.table = table
-        self.qualifiers = {name}
+        self.qualifiers = {name, table.name}
         if t.alias:
             self.qualifiers.add(t.alias.lower())
         if t.args.get("db"):
@@ -346,16 +362,23 @@ class _Analysis:
         if type(node) in _CMP:
             left, right = node.this, node.expression
             lt, rt = self._operand(left), self._operand(right)
-            if lt is None and rt is None:
-                raise QueryRejected("a comparison of two literals", "compare a declared column with a literal")
+            if not isinstance(left, exp.Column) and not isinstance(right, exp.Column):
+                raise QueryRejected("a comparison without a column", "compare a declared column with a literal")
             self._compatible(lt, rt, node)
-            return type(node)(this=self._operand_sql(left), expression=self._operand_sql(right))
+            if isinstance(left, exp.Column) and isinstance(right, exp.Column):
+                same = lt.lower() == rt.lower()
+                return type(node)(this=self._operand_sql(left, None if same else "double"),
+                                  expression=self._operand_sql(right, None if same else "double"))
+            ct = lt if isinstance(left, exp.Column) else rt
+            return type(node)(this=self._operand_sql(left, ct), expression=self._operand_sql(right, ct))
         if isinstance(node, exp.Between):
+            if node.args.get("symmetric"):
+                raise QueryRejected("BETWEEN SYMMETRIC", "not part of the accepted subset")
             ct = self._column_operand(node.this, "BETWEEN")
             for side in ("low", "high"):
                 self._compatible(ct, self._literal_type(node.args[side], "BETWEEN"), node)
-            return exp.Between(this=self._operand_sql(node.this), low=node.args["low"].copy(),
-                               high=node.args["high"].copy())
+            return exp.Between(this=self._operand_sql(node.this), low=self._literal_sql(node.args["low"], ct),
+                               high=self._literal_sql(node.args["high"], ct))
         if isinstance(node, exp.In):
             if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
                 raise _refuse_expression(exp.Subquery(), "WHERE")
@@ -365,10 +388,14 @@ class _Analysis:
                 raise QueryRejected("an empty IN list", "give at least one value")
             for item in items:
                 self._compatible(ct, self._literal_type(item, "IN"), node)
-            return exp.In(this=self._operand_sql(node.this), expressions=[i.copy() for i in items])
+            return exp.In(this=self._operand_sql(node.this), expressions=[self._literal_sql(i, ct) for i in items])
         if isinstance(node, exp.Is):
-            self._column_operand(node.this, "IS")
-            if not isinstance(node.expression, (exp.Null, exp.Boolean)):
+            ct = self._column_operand(node.this, "IS")
+            if isinstance(node.expression, exp.Boolean):
+                if family(ct) != "bool":
+                    raise QueryRejected("IS TRUE/FALSE on a non-boolean column",
+                                        "converting each row to a boolean could fail on some rows")
+            elif not isinstance(node.expression, exp.Null):
                 raise QueryRejected("IS with a non-NULL operand", "use IS [NOT] NULL, IS TRUE or IS FALSE")
             return exp.Is(this=self._operand_sql(node.this), expression=node.expression.copy())
         if isinstance(node, (exp.Like, exp.ILike)):
@@ -400,9 +427,30 @@ class _Analysis:
             raise QueryRejected(f"{what} on an expression", f"the left side of {what} must be a declared column")
         return self.column_type(self.resolve(node, "WHERE"))
 
-    def _operand_sql(self, node: exp.Expression) -> exp.Expression:
+    def _operand_sql(self, node: exp.Expression, column_type: str | None = None) -> exp.Expression:
+        """A comparison operand for the rewrite: columns unqualified, literals typed safely.
+
+        column_type "double" casts a column to DOUBLE (two numeric columns of different
+        types: the engine's implicit cast could overflow, a cast to DOUBLE cannot)."""
         if isinstance(node, exp.Column):
-            return exp.column(node.name.lower())
+            col = exp.column(node.name.lower())
+            if column_type == "double" and family(self.column_type(node.name.lower())) in _NUMERIC:
+                return exp.Cast(this=col, to=exp.DataType.build("DOUBLE"))
+            return col
+        return self._literal_sql(node, column_type)
+
+    @staticmethod
+    def _literal_sql(node: exp.Expression, column_type: str | None) -> exp.Expression:
+        """Numeric literals compared with anything but an integer column, and fractional
+        ones always, become DOUBLE: the engine then casts the column to DOUBLE, which
+        cannot fail, instead of casting it to a DECIMAL wide enough for the literal,
+        which can overflow on some rows."""
+        lit = node.this if isinstance(node, exp.Neg) else node
+        if isinstance(lit, exp.Literal) and not lit.is_string:
+            integral = re.fullmatch(r"\d+", lit.this) is not None
+            if not (integral and column_type is not None and family(column_type) == "int"):
+                value = -float(lit.this) if isinstance(node, exp.Neg) else float(lit.this)
+                return exp.Cast(this=exp.Literal.number(repr(value)), to=exp.DataType.build("DOUBLE"))
         return node.copy()
 
     def _literal_type(self, node: exp.Expression, where: str) -> str:
@@ -415,10 +463,10 @@ class _Analysis:
         if isinstance(node, exp.Literal):
             if node.is_string:
                 return "lit:text"
-            try:
-                v = float(node.this)
-            except ValueError:
-                raise QueryRejected("a malformed number", "write numbers in plain decimal form") from None
+            if not _NUMBER.fullmatch(node.this):
+                raise QueryRejected("a numeric literal with more than 19 integer or 18 decimal digits",
+                                    "comparing it could make the engine overflow on some rows")
+            v = float(node.this)
             if not math.isfinite(v) or abs(v) > _LITERAL_LIMIT:
                 raise QueryRejected("a numeric literal beyond 1e18", "it could overflow the column's type")
             return "lit:num"
@@ -426,14 +474,16 @@ class _Analysis:
             target = node.to.this
             text = node.this.this
             try:
-                if target == exp.DataType.Type.DATE:
+                if target == exp.DataType.Type.DATE and _DATE.fullmatch(text):
                     _dt.date.fromisoformat(text)
                     return "lit:date"
-                if target in (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.DATETIME):
+                if target in (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.DATETIME) and _TIMESTAMP.fullmatch(text):
                     _dt.datetime.fromisoformat(text)
                     return "lit:timestamp"
             except ValueError:
-                raise QueryRejected("a malformed date literal", "write dates as DATE 'YYYY-MM-DD'") from None
+                pass
+            raise QueryRejected("a malformed date literal",
+                                "write dates as DATE 'YYYY-MM-DD' and timestamps as TIMESTAMP 'YYYY-MM-DD HH:MM:SS'")
         raise _refuse_expression(node, where)
 
     def _compatible(self, a: str | None, b: str | None, node: exp.Expression) -> None:
@@ -454,11 +504,15 @@ class _Analysis:
         group = sel.args.get("group")
         if not group:
             return
-        for arg in ("rollup", "cube", "grouping_sets", "totals"):
+        for arg in ("rollup", "cube", "grouping_sets", "totals", "all"):
             if group.args.get(arg):
                 raise QueryRejected(f"GROUP BY {arg.upper()}", "grouping sets are not supported yet")
+        if not group.expressions:
+            raise QueryRejected("an empty GROUP BY", "name the columns to group by")
         for node in group.expressions:
             if isinstance(node, exp.Literal) and not node.is_string:
+                if not node.this.isdigit():
+                    raise QueryRejected("GROUP BY a constant", "group by declared columns or their positions")
                 pos = int(node.this)
                 items = sel.expressions
                 if not 1 <= pos <= len(items):
@@ -513,7 +567,9 @@ class _Analysis:
         if isinstance(node, exp.Literal):
             if node.is_string:
                 return ("lit", node.this)
-            return ("lit", float(Decimal(node.this)))
+            if not _NUMBER.fullmatch(node.this):
+                raise QueryRejected("a malformed number", "write numbers in plain decimal form")
+            return ("lit", float(node.this))
         if isinstance(node, exp.Boolean):
             return ("lit", bool(node.this))
         if isinstance(node, exp.Null):
@@ -602,6 +658,8 @@ class _Analysis:
         for o in order.expressions:
             node = o.this
             if isinstance(node, exp.Literal) and not node.is_string:
+                if not node.this.isdigit():
+                    raise QueryRejected("ORDER BY a constant", "order by outputs or their positions")
                 pos = int(node.this)
                 if not 1 <= pos <= len(sel.expressions):
                     raise QueryRejected("ORDER BY position", "it does not name a SELECT item")
@@ -617,6 +675,8 @@ class _Analysis:
     def _count_literal(self, node: exp.Expression | None, what: str) -> int | None:
         if node is None:
             return None
+        if node.args.get("limit_options") or node.args.get("expressions"):
+            raise QueryRejected(f"{what} with PERCENT, WITH TIES or BY", f"{what} takes a whole number of rows")
         value = node.args.get("expression") or node.this
         if not (isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit()):
             raise QueryRejected(f"{what} with a non-literal", f"{what} takes a whole number")
@@ -665,7 +725,7 @@ class _Analysis:
         cost = Cost(s.epsilon, s.delta if delta_parts else 0.0)
         del charged_delta
         return QueryPlan(
-            text=self.tree.sql(self.dialect), table=table, table_ref=table.source or table.name,
+            text=self.tree.sql(self.dialect, comments=False), table=table, table_ref=table.source or table.name,
             bounded=bounded, l0=l0, keys=tuple(self.keys), measures=measures, noise=tuple(noise),
             selection=selection, selection_noise=sel_noise, outputs=tuple(outputs), where=where,
             having=having, order=order, limit=limit, offset=offset, cost=cost, mechanism=s.mechanism,

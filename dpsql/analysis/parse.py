@@ -27,7 +27,6 @@ _RESET = re.compile(r"^\s*RESET\s+([A-Za-z_][\w.]*)\s*;?\s*$", re.I)
 _SHOW = re.compile(r"^\s*SHOW\s+([A-Za-z_][\w.]*)\s*;?\s*$", re.I)
 _EXPLAIN = re.compile(r"^\s*EXPLAIN\s+DP\s+(.*)$", re.I | re.S)
 _EXPLAIN_OTHER = re.compile(r"^\s*EXPLAIN\b(.*)$", re.I | re.S)
-_COMMENT = re.compile(r"--[^\n]*|/\*.*?\*/", re.S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +39,42 @@ class Statement:
 
 
 def strip_comments(text: str) -> str:
-    return _COMMENT.sub(" ", text)
+    """Replace -- and /* */ comments outside quotes with a space.
+
+    Quotes ('...' strings with '' escapes, "..." identifiers) are skipped whole, so a
+    comment marker inside a string stays. An unterminated block comment runs to the end.
+    """
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in "'\"":
+            j = i + 1
+            while j < n:
+                if text[j] == c:
+                    if j + 1 < n and text[j + 1] == c:
+                        j += 2
+                        continue
+                    break
+                j += 1
+            out.append(text[i:j + 1])
+            i = j + 1
+        elif text.startswith("--", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+            out.append(" ")
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            i = n if j < 0 else j + 2
+            out.append(" ")
+        else:
+            j = i
+            while j < n and text[j] not in "'\"-/":
+                j += 1
+            if j == i:
+                j = i + 1
+            out.append(text[i:j])
+            i = j
+    return "".join(out)
 
 
 def classify(text: str, params: Sequence[Any] | Mapping[str, Any] | None = None,
@@ -49,7 +83,8 @@ def classify(text: str, params: Sequence[Any] | Mapping[str, Any] | None = None,
     if not isinstance(text, str):
         raise QueryRejected("a non-text statement", "statements are SQL text")
     bare = strip_comments(text).strip()
-    if not bare.rstrip(";").strip():
+    head = bare
+    if not head.rstrip(";").strip():
         return Statement("empty", text=text)
     if m := _SET.match(bare):
         return Statement("set", m.group(1).lower(), _unquote(m.group(2)), text=text)
@@ -57,7 +92,7 @@ def classify(text: str, params: Sequence[Any] | Mapping[str, Any] | None = None,
         return Statement("reset", m.group(1).lower(), text=text)
     if m := _SHOW.match(bare):
         return Statement("show", m.group(1).lower(), text=text)
-    if m := _EXPLAIN.match(bare):
+    if m := _EXPLAIN.match(head):
         inner = classify(m.group(1), params, dialect)
         if inner.kind != "query":
             raise QueryRejected("EXPLAIN DP of a command", "EXPLAIN DP takes one SELECT query")
@@ -66,7 +101,7 @@ def classify(text: str, params: Sequence[Any] | Mapping[str, Any] | None = None,
         raise QueryRejected("EXPLAIN" + (" ANALYZE" if "ANALYZE" in m.group(1).upper() else ""),
                             "the engine's plan shows row estimates and timings drawn from the data",
                             "use EXPLAIN DP to see how dpsql would answer a query")
-    tree = parse_sql(bare, dialect)
+    tree = parse_sql(head, dialect)
     if params is not None:
         tree = bind_params(tree, params)
     elif tree.find(exp.Placeholder):

@@ -35,5 +35,5 @@ def to_sql(plan: QueryPlan, dialect: str = "duckdb") -> str:
 
     The tree is freshly built, so the generator may use it in place (no copy).
     """
-    generator = Dialect.get_or_raise(dialect).generator(unsupported_level=ErrorLevel.RAISE)
+    generator = Dialect.get_or_raise(dialect).generator(unsupported_level=ErrorLevel.RAISE, comments=False)
     return generator.generate(rewrite(plan, dialect), copy=False)

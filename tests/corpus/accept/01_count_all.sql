@@ -1,0 +1,2 @@
+-- title: Count every row
+SELECT COUNT(*) FROM people;

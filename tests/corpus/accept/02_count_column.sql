@@ -1,0 +1,2 @@
+-- title: Count the non-NULL values of a column
+SELECT COUNT(income) FROM people

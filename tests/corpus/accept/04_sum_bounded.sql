@@ -1,0 +1,2 @@
+-- title: Sum of a bounded column
+SELECT SUM(income) AS total_income FROM people

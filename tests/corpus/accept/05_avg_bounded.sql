@@ -1,0 +1,2 @@
+-- title: Average of a bounded column
+SELECT AVG(age) FROM people

@@ -1,0 +1,2 @@
+-- title: Group by a key with a public value domain
+SELECT state, COUNT(*) AS n FROM people GROUP BY state

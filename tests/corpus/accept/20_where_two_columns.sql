@@ -1,0 +1,2 @@
+-- title: Two columns of the same type compared
+SELECT COUNT(*) FROM people WHERE age < household

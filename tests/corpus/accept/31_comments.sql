@@ -1,0 +1,3 @@
+-- title: Comments are ignored
+-- the number of adults
+SELECT COUNT(*) /* all rows */ FROM people WHERE age >= 18 -- inclusive

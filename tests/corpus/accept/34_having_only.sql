@@ -1,0 +1,2 @@
+-- title: HAVING without GROUP BY
+SELECT COUNT(*) AS n FROM people HAVING n > 0

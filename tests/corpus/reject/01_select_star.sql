@@ -1,0 +1,3 @@
+-- title: SELECT * releases rows
+-- expect: SELECT * is not allowed
+SELECT * FROM people

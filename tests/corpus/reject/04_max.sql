@@ -1,0 +1,3 @@
+-- title: MAX can be set by one person
+-- expect: MAX() is not allowed
+SELECT state, MAX(income) FROM people GROUP BY state

@@ -1,0 +1,3 @@
+-- title: INTERSECT
+-- expect: set operations
+SELECT COUNT(*) FROM people INTERSECT SELECT COUNT(*) FROM people

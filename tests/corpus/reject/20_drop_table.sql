@@ -1,0 +1,3 @@
+-- title: DROP TABLE
+-- expect: DROP is not allowed
+DROP TABLE people

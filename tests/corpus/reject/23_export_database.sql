@@ -1,0 +1,3 @@
+-- title: EXPORT DATABASE (refused as unparseable)
+-- expect: syntax error
+EXPORT DATABASE 'dump_dir'

@@ -1,0 +1,3 @@
+-- title: ATTACH another database
+-- expect: ATTACH is not allowed
+ATTACH 'other.duckdb' AS other

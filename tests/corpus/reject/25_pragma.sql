@@ -1,0 +1,3 @@
+-- title: PRAGMA
+-- expect: PRAGMA is not allowed
+PRAGMA table_info('people')

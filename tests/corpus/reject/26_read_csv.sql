@@ -1,0 +1,3 @@
+-- title: A file reader table function
+-- expect: a table function or file reader
+SELECT COUNT(*) FROM read_csv('people.csv')

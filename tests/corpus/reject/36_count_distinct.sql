@@ -1,0 +1,3 @@
+-- title: COUNT(DISTINCT ...)
+-- expect: COUNT(DISTINCT ...)
+SELECT COUNT(DISTINCT city) FROM people

@@ -1,0 +1,3 @@
+-- title: SELECT DISTINCT
+-- expect: SELECT DISTINCT is not allowed
+SELECT DISTINCT state FROM people

@@ -1,0 +1,3 @@
+-- title: SET of an engine setting
+-- expect: SET threads is not allowed
+SET threads = 1
