@@ -633,8 +633,7 @@ class _Analysis:
             return ("ref", self._measure("sum", name, False, f"SUM({name})").name)
         s = self._measure("sum", name, True, f"AVG({name}) numerator")
         c = self._measure("count", name, False, f"COUNT({name})")
-        lo, hi = _exact_bounds(col, self.column_type(name))[:2]
-        return ("avg", s.name, c.name, float(lo), float(hi))
+        return ("avg", s.name, c.name, float(s.lo), float(s.hi))
 
     def _measure(self, kind: str, column: str | None, centered: bool, label: str) -> Measure:
         key = (kind, column, centered)
@@ -642,8 +641,8 @@ class _Analysis:
             name = f"_v{len(self.measures)}"
             if kind == "sum":
                 col = self.table.column(column)
-                lo, hi, sql_type = _exact_bounds(col, self.column_type(column))
-                m = Measure(name, kind, column, centered, lo, hi, sql_type, label)
+                lo, hi, scale = _exact_bounds(col, self.column_type(column))
+                m = Measure(name, kind, column, centered, lo, hi, scale, label)
             else:
                 m = Measure(name, kind, column, label=label)
             self.measures[key] = m
@@ -699,6 +698,7 @@ class _Analysis:
                 l0 = min(l0, domain_size)
         group_choice = bounded and bool(self.keys) and (domain_size is None or table.max_groups_per_unit < domain_size)
         measures = tuple(self.measures.values())
+        units_only = bounded and rows == 1 and all(m.kind == "count" and m.column is None for m in measures)
         needs_selection = bool(self.keys) and not public
         parts = len(measures) + (1 if needs_selection else 0)
         eps_part = s.epsilon / parts
@@ -729,27 +729,27 @@ class _Analysis:
             bounded=bounded, l0=l0, keys=tuple(self.keys), measures=measures, noise=tuple(noise),
             selection=selection, selection_noise=sel_noise, outputs=tuple(outputs), where=where,
             having=having, order=order, limit=limit, offset=offset, cost=cost, mechanism=s.mechanism,
-            group_choice=group_choice, domain_size=domain_size)
+            group_choice=group_choice, domain_size=domain_size, units_only=units_only)
 
 
-def _exact_bounds(col: ColumnPolicy, sql_type: str) -> tuple[Fraction, Fraction, str]:
-    """Per-row clamp bounds and the exact SQL type the engine sums in.
+def _exact_bounds(col: ColumnPolicy, sql_type: str) -> tuple[Fraction, Fraction, int]:
+    """Per-row clamp bounds and the integer scale the engine sums at.
 
-    Integer columns with whole bounds sum as integers. Anything else is clamped in
-    its own type, then cast to DECIMAL(18, s); the cast rounds to the nearest
-    multiple of 10^-s, monotonically, so clamped values land in [lo, hi] with the
-    bounds rounded outward to that grid. Those outward bounds are what the
-    sensitivity uses.
+    Integer columns with whole bounds sum as themselves (scale 1). Anything else is
+    clamped in its own type, multiplied by scale = 10^s and cast to BIGINT (rounding),
+    then clamped again to the bounds rounded outward to that grid: the cast of a large
+    double need not round exactly, the second clamp makes the bounds hold whatever it
+    does. Those outward bounds are what the sensitivity uses. |bound| * scale stays
+    below 10^17, so the cast cannot overflow.
     """
     lo, hi = Fraction(col.lower), Fraction(col.upper)
     if family(sql_type) == "int" and col.is_integral:
-        return lo, hi, "int"
+        return lo, hi, 1
     digits = len(str(int(max(abs(lo), abs(hi))))) + 1
-    scale = max(0, min(6, 17 - digits))
-    q = Fraction(1, 10**scale)
-    lo_out = math.floor(lo / q) * q
-    hi_out = math.ceil(hi / q) * q
-    return Fraction(lo_out), Fraction(hi_out), f"decimal(18,{scale})"
+    scale = 10 ** max(0, min(6, 17 - digits))
+    lo_out = Fraction(math.floor(lo * scale), scale)
+    hi_out = Fraction(math.ceil(hi * scale), scale)
+    return lo_out, hi_out, scale
 
 
 def _has_noise(expr: Expr) -> bool:

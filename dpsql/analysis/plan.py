@@ -42,23 +42,33 @@ class Measure:
     """A per-group aggregate computed exactly in the engine, then noised.
 
     kind "count": per unit and group, COUNT(*) or COUNT(column) clamped to
-    max_rows_per_unit. kind "sum": each row clamped to [lo, hi] (exactly: integers,
-    or DECIMAL with bounds rounded outward), per unit and group clamped to
-    max_rows_per_unit * [lo, hi]. centered sums (AVG's numerator) sum
-    2*x - (lo + hi) so that they stay integral; the released value is engine/2.
+    max_rows_per_unit. kind "sum": each row clamped to [lo, hi] and held as an exact
+    integer: the value itself for integer columns with whole bounds (scale 1), else
+    round(x * scale) with scale = 10^s and the bounds rounded outward to that grid;
+    per unit and group the sum is clamped to max_rows_per_unit * [lo, hi]. Centered
+    sums (AVG's numerator) are 2*sum - (lo + hi)*count, so they stay integral. The
+    released value is the engine's integer divided by `divisor`.
     """
     name: str
     kind: str                  # "count" | "sum"
     column: str | None         # None: COUNT(*)
     centered: bool = False
-    lo: Fraction = Fraction(0)
+    lo: Fraction = Fraction(0)  # per-row bounds in value units (on the scale grid)
     hi: Fraction = Fraction(0)
-    sql_type: str | None = None  # exact type for sums: "int" or "decimal(p,s)"
+    scale: int = 1             # integers in the engine are value * scale
     label: str = ""
 
     @property
     def divisor(self) -> int:
-        return 2 if self.centered else 1
+        return self.scale * (2 if self.centered else 1)
+
+    @property
+    def lo_int(self) -> int:
+        return int(self.lo * self.scale)
+
+    @property
+    def hi_int(self) -> int:
+        return int(self.hi * self.scale)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +126,8 @@ class QueryPlan:
     mechanism: str
     group_choice: bool             # whether the salted per-unit group choice is needed
     domain_size: int | None        # number of public groups, when every key is public
+    units_only: bool = False       # every measure is COUNT(*) and max_rows_per_unit = 1:
+                                   # each kept unit adds exactly 1 to its group
 
     @property
     def grouped(self) -> bool:

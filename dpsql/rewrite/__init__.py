@@ -25,9 +25,13 @@ __all__ = ["rewrite", "to_sql", "SALT"]
 
 def rewrite(plan: QueryPlan, dialect: str = "duckdb") -> exp.Select:
     """The rewritten query as a sqlglot tree."""
-    if plan.bounded:
-        return contribution.bounded(plan, dialect)
-    return contribution.unique_unit(plan, dialect)
+    if not plan.bounded:
+        return contribution.unique_unit(plan, dialect)
+    if plan.units_only:
+        special = contribution.units_only(plan, dialect)
+        if special is not None:
+            return special
+    return contribution.bounded(plan, dialect)
 
 
 def to_sql(plan: QueryPlan, dialect: str = "duckdb") -> str:

@@ -1,13 +1,12 @@
 """Clamp values to their declared bounds, exactly.
 
-Each summed row value is clamped to [lower, upper] in its own type, then brought to
-an exact type: integers stay integers; anything else is cast to DECIMAL(18, s),
-whose rounding is monotone, so the result lies within the bounds rounded outward to
-10^-s (the bounds the sensitivity uses, see analysis.analyze._exact_bounds). The
-engine then sums integers or decimals, which is exact: no floating-point
-accumulation can push a sum past the bounds the clamps promise (Casacuberta,
-Shoemate, Vadhan & Wagaman, CCS 2022). A clamp is total: LEAST/GREATEST cannot fail
-on any row, and NULLs stay NULL (ignored by SUM and COUNT(col)).
+Each summed row value is clamped to [lower, upper] and held as an exact integer:
+integers stay integers; anything else becomes round(x * 10^s) as a BIGINT, clamped
+again to the bounds rounded outward to 10^-s (the bounds the sensitivity uses, see
+analysis.analyze._exact_bounds). The engine then sums integers, which is exact: no
+floating-point accumulation can push a sum past the bounds the clamps promise
+(Casacuberta, Shoemate, Vadhan & Wagaman, CCS 2022). A clamp is total (a CASE cannot
+fail on any row), and NULLs stay NULL (ignored by SUM and COUNT(col)).
 """
 from __future__ import annotations
 
@@ -42,7 +41,7 @@ def _decimal_text(fr: Fraction) -> str:
     return format(d, "f")
 
 
-def clamp(value: exp.Expression, lo: Fraction, hi: Fraction) -> exp.Expression:
+def clamp(value: exp.Expression, lo: Fraction | int, hi: Fraction | int) -> exp.Expression:
     """CASE WHEN v < lo THEN lo WHEN v > hi THEN hi ELSE v END.
 
     Total (never fails) and NULL-preserving: LEAST/GREATEST would turn NULL into a
@@ -54,22 +53,23 @@ def clamp(value: exp.Expression, lo: Fraction, hi: Fraction) -> exp.Expression:
                     default=value.copy())
 
 
-def clipped_row_value(column: exp.Expression, m: Measure) -> exp.Expression:
-    """One row's contribution to a sum measure, clamped and exact.
+def scaled_row_value(column: exp.Expression, m: Measure) -> exp.Expression:
+    """One row's value as an exact integer in [lo*scale, hi*scale] (NULL stays NULL).
 
-    Centered sums (AVG numerators) use 2*x - (lo + hi), an exact value in
-    [lo - hi, hi - lo]; the released centered sum is the engine's sum over 2.
+    Integer columns with whole bounds: the clamped value itself. Otherwise: clamp in the
+    column's own type (so the cast below cannot overflow), multiply by the scale, cast
+    to BIGINT (rounding), and clamp again in integers, since the engine's rounding of a
+    large double need not be exact: the integer bounds hold whatever it does.
     """
+    if m.scale == 1:
+        return clamp(column, m.lo_int, m.hi_int)
     v = clamp(column, m.lo, m.hi)
-    if m.sql_type != "int":
-        v = exp.Cast(this=v, to=exp.DataType.build(m.sql_type))
-    if m.centered:
-        v = exp.Sub(this=exp.Mul(this=number(2), expression=v), expression=number(m.lo + m.hi))
-    return v
+    v = exp.Cast(this=exp.Mul(this=v, expression=exp.Literal.number(m.scale)), to=exp.DataType.build("BIGINT"))
+    return clamp(v, m.lo_int, m.hi_int)
 
 
-def row_bounds(m: Measure) -> tuple[Fraction, Fraction]:
-    """Bounds of one row's exact contribution (in the engine's units)."""
+def row_bounds(m: Measure) -> tuple[int, int]:
+    """Bounds of one row's contribution to a sum measure, in the engine's integers."""
     if m.centered:
-        return m.lo - m.hi, m.hi - m.lo
-    return m.lo, m.hi
+        return m.lo_int - m.hi_int, m.hi_int - m.lo_int
+    return m.lo_int, m.hi_int

@@ -76,7 +76,7 @@ def bounded(plan: QueryPlan, dialect: str) -> exp.Select:
     unit = plan.table.privacy_unit
     rows = plan.table.max_rows_per_unit
     inner_cols = [exp.alias_(exp.column(k.column), k.name, copy=False) for k in plan.keys]
-    inner_cols += [exp.alias_(aggregates.per_unit_aggregate(m), m.name, copy=False) for m in plan.measures]
+    inner_cols += [exp.alias_(aggregates.row_aggregate(m, dialect), m.name, copy=False) for m in plan.measures]
     if plan.group_choice:
         order = exp.Ordered(this=_salted_hash(exp.column(unit), [exp.column(k.column) for k in plan.keys], dialect))
         rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(unit)], order=exp.Order(expressions=[order]))
@@ -93,9 +93,39 @@ def bounded(plan: QueryPlan, dialect: str) -> exp.Select:
     return _select(outer_cols, per_unit, keep, [exp.column(k.name) for k in plan.keys])
 
 
+def units_only(plan: QueryPlan, dialect: str) -> exp.Select | None:
+    """Every measure is COUNT(*) and max_rows_per_unit = 1: each kept unit adds exactly 1.
+
+    Without a group choice, a group's bounded count is its number of distinct units.
+    With one group per unit on DuckDB, the unit's group is the one with the smallest
+    salted hash, found by ARG_MIN in a single per-unit aggregation (the same bound as
+    the ranked rewrite: one group per unit, 1 in it). Else None: use the general path.
+    """
+    unit = exp.column(plan.table.privacy_unit)
+    count_units = exp.Count(this=exp.Distinct(expressions=[unit]))
+    if not plan.group_choice:
+        cols = [exp.alias_(exp.column(k.column), k.name, copy=False) for k in plan.keys]
+        cols += [exp.alias_(count_units.copy(), m.name, copy=False) for m in plan.measures]
+        if plan.selection is not None:
+            cols.append(exp.alias_(count_units.copy(), "_units", copy=False))
+        return _select(cols, _table(plan), base_filter(plan), [exp.column(k.column) for k in plan.keys])
+    if dialect != "duckdb" or len(plan.keys) != 1 or plan.table.max_groups_per_unit != 1:
+        return None
+    key = exp.column(plan.keys[0].column)
+    chosen = exp.Anonymous(this="arg_min", expressions=[key, _salted_hash(exp.column(plan.table.privacy_unit),
+                                                                          [key.copy()], dialect)])
+    inner = _select([exp.alias_(chosen, plan.keys[0].name, copy=False)], _table(plan), base_filter(plan), [unit])
+    cols = [exp.column(plan.keys[0].name)]
+    cols += [exp.alias_(exp.Count(this=exp.Star()), m.name, copy=False) for m in plan.measures]
+    if plan.selection is not None:
+        cols.append(exp.alias_(exp.Count(this=exp.Star()), "_units", copy=False))
+    per_unit = exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("_per_unit")))
+    return _select(cols, per_unit, None, [exp.column(plan.keys[0].name)])
+
+
 def unique_unit(plan: QueryPlan, dialect: str) -> exp.Select:
     """One row per unit (engine-guaranteed): clip rows and aggregate per group."""
     cols = [exp.alias_(exp.column(k.column), k.name, copy=False) for k in plan.keys]
-    cols += [exp.alias_(aggregates.total(m), m.name, copy=False) for m in plan.measures]
+    cols += [exp.alias_(aggregates.row_aggregate(m, dialect), m.name, copy=False) for m in plan.measures]
     cols += partitions.units_column(plan)
     return _select(cols, _table(plan), base_filter(plan), [exp.column(k.column) for k in plan.keys])
