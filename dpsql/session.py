@@ -127,7 +127,7 @@ class Session:
     def _read_schema(self) -> Schema:
         pol = self.policy
         cols: dict[str, dict[str, str]] = {}
-        unique = set()
+        unique, not_null = set(), set()
 
         def columns(name: str) -> dict[str, str]:
             return self.engine.table_columns(name)
@@ -137,8 +137,10 @@ class Session:
             cols[t.name] = columns(t.source or t.name)
             if t.privacy_unit in self.engine.unique_columns(t.source or t.name):
                 unique.add(t.name)
+            if t.privacy_unit in self.engine.not_null_columns(t.source or t.name):
+                not_null.add(t.name)
         schema = Schema(cols, frozenset(unique), frozenset(self.engine.base_tables()),
-                        frozenset(self.engine.views()))
+                        frozenset(self.engine.views()), frozenset(not_null))
         problems = check_policy_types(pol, schema)
         if problems:
             raise PolicyError(f"policy {pol.source}: {problems[0]}")

@@ -49,6 +49,7 @@ class Schema:
     unique_units: frozenset[str] = frozenset()        # protected tables whose unit is PK/UNIQUE
     base_tables: frozenset[str] = frozenset()         # every base table (lower-case)
     views: frozenset[str] = frozenset()
+    not_null_units: frozenset[str] = frozenset()      # protected tables whose unit is NOT NULL
 
 
 @dataclass(frozen=True)
@@ -729,7 +730,8 @@ class _Analysis:
             bounded=bounded, l0=l0, keys=tuple(self.keys), measures=measures, noise=tuple(noise),
             selection=selection, selection_noise=sel_noise, outputs=tuple(outputs), where=where,
             having=having, order=order, limit=limit, offset=offset, cost=cost, mechanism=s.mechanism,
-            group_choice=group_choice, domain_size=domain_size, units_only=units_only)
+            group_choice=group_choice, domain_size=domain_size, units_only=units_only,
+            unit_not_null=table.name in self.schema.not_null_units)
 
 
 def _exact_bounds(col: ColumnPolicy, sql_type: str) -> tuple[Fraction, Fraction, int]:

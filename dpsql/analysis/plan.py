@@ -128,6 +128,7 @@ class QueryPlan:
     domain_size: int | None        # number of public groups, when every key is public
     units_only: bool = False       # every measure is COUNT(*) and max_rows_per_unit = 1:
                                    # each kept unit adds exactly 1 to its group
+    unit_not_null: bool = False    # the engine guarantees the unit is never NULL
 
     @property
     def grouped(self) -> bool:

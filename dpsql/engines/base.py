@@ -30,6 +30,9 @@ class Engine(Protocol):
     def unique_columns(self, table: str) -> set[str]:
         """Columns that the engine alone guarantees unique (single-column PRIMARY KEY/UNIQUE)."""
 
+    def not_null_columns(self, table: str) -> set[str]:
+        """Columns the engine guarantees are never NULL (NOT NULL or PRIMARY KEY)."""
+
     def base_tables(self) -> set[str]:
         """Names (lower-case) of the base tables an analyst's public query may read."""
 

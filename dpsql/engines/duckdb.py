@@ -90,6 +90,13 @@ class DuckDBEngine:
             "AND lower(schema_name) = ? AND constraint_type IN ('PRIMARY KEY', 'UNIQUE')", [name, schema])
         return {cols[0].lower() for (cols,) in rows if len(cols) == 1}
 
+    def not_null_columns(self, table: str) -> set[str]:
+        schema, name = _split(table)
+        rows = self._catalog(
+            "SELECT column_name FROM duckdb_columns() WHERE lower(table_name) = ? "
+            "AND lower(schema_name) = ? AND NOT is_nullable", [name, schema])
+        return {r[0].lower() for r in rows}
+
     def base_tables(self) -> set[str]:
         rows = self._catalog("SELECT table_name FROM duckdb_tables() WHERE NOT internal AND NOT temporary", [])
         return {r[0].lower() for r in rows}

@@ -44,12 +44,19 @@ def _salted_hash(unit: exp.Expression, keys: list[exp.Expression], dialect: str)
     raise NotImplementedError(f"no salted hash for dialect {dialect}")
 
 
-def base_filter(plan: QueryPlan) -> exp.Expression:
-    """unit IS NOT NULL AND (analyst's WHERE) AND key IN (domain) ..."""
-    conds: list[exp.Expression] = [exp.Not(this=exp.Is(this=exp.column(plan.table.privacy_unit), expression=exp.Null()))]
+def base_filter(plan: QueryPlan, domain: bool = True) -> exp.Expression | None:
+    """unit IS NOT NULL AND (analyst's WHERE) [AND key IN (domain) ...], or None.
+
+    The NULL test is left out when the engine guarantees the unit is NOT NULL."""
+    conds: list[exp.Expression] = []
+    if not plan.unit_not_null:
+        conds.append(exp.Not(this=exp.Is(this=exp.column(plan.table.privacy_unit), expression=exp.Null())))
     if plan.where is not None:
         conds.append(exp.Paren(this=plan.where.copy()))
-    conds.extend(partitions.domain_filter(plan))
+    if domain:
+        conds.extend(partitions.domain_filter(plan))
+    if not conds:
+        return None
     out = conds[0]
     for c in conds[1:]:
         out = exp.And(this=out, expression=c)
@@ -128,4 +135,10 @@ def unique_unit(plan: QueryPlan, dialect: str) -> exp.Select:
     cols = [exp.alias_(exp.column(k.column), k.name, copy=False) for k in plan.keys]
     cols += [exp.alias_(aggregates.row_aggregate(m, dialect), m.name, copy=False) for m in plan.measures]
     cols += partitions.units_column(plan)
-    return _select(cols, _table(plan), base_filter(plan), [exp.column(k.column) for k in plan.keys])
+    # With no group choice, filtering groups after aggregation equals filtering rows
+    # before it, and engines do the former much faster (an IN list over every row).
+    sel = _select(cols, _table(plan), base_filter(plan, domain=False), [exp.column(k.column) for k in plan.keys])
+    keep = partitions.domain_filter(plan)
+    if keep:
+        sel.set("having", exp.Having(this=partitions.opaque(keep)))
+    return sel

@@ -24,6 +24,15 @@ def domain_filter(plan: QueryPlan) -> list[exp.Expression]:
     return out
 
 
+def opaque(conditions: list[exp.Expression]) -> exp.Expression:
+    """CASE WHEN a AND b THEN TRUE ELSE FALSE END: the same filter, in a form the
+    optimizer does not push below the aggregation (it is meant for groups, not rows)."""
+    cond = conditions[0]
+    for c in conditions[1:]:
+        cond = exp.And(this=cond, expression=c)
+    return exp.Case(ifs=[exp.If(this=cond, true=exp.true())], default=exp.false())
+
+
 def units_column(plan: QueryPlan) -> list[exp.Expression]:
     """COUNT(*) AS _units in the final aggregation, when partition selection needs it."""
     if plan.selection is None:

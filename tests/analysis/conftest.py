@@ -156,6 +156,9 @@ class _NoEngine:
     def unique_columns(self, table: str) -> set[str]:
         return set()
 
+    def not_null_columns(self, table: str) -> set[str]:
+        return set()
+
     def base_tables(self) -> set[str]:
         return set(SCHEMA.base_tables)
 

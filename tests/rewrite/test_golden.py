@@ -33,7 +33,7 @@ def _policy(name: str):
 
 
 SCHEMA = Schema({"people": _PEOPLE, "people_pk": _PEOPLE, "visits": _VISITS}, frozenset({"people_pk"}),
-                frozenset({"people", "people_pk", "visits"}))
+                frozenset({"people", "people_pk", "visits"}), not_null_units=frozenset({"people_pk"}))
 SETTINGS = Settings(1.0, 1e-8, "laplace")
 
 
