@@ -118,7 +118,7 @@ def test_analytic_mechanism_satisfies_balle_wang(epsilon, delta):
 @pytest.mark.parametrize("delta", [1e-12, 3e-12, 1e-9, 1e-6, 1e-3, 0.1])
 def test_analytic_sigma_is_smallest_exactly(epsilon, delta):
     """Against 60-digit arithmetic: sigma satisfies the inequality, sigma*(1-1e-6) does not."""
-    mpmath = pytest.importorskip("mpmath")
+    import mpmath   # test extra: 60-digit reference arithmetic
     mpmath.mp.dps = 60
 
     def exact_delta(sigma: float) -> mpmath.mpf:
