@@ -317,3 +317,19 @@ def test_engine_is_locked_down(conn):
     with pytest.raises(dpsql.EngineError) as info:
         eng.run("SELECT * FROM read_csv('/etc/passwd')")
     assert "passwd" not in str(info.value)       # engine messages stay in the log
+
+
+@pytest.mark.parametrize("table", ["people", "people_pk"])
+def test_sum_and_avg_of_a_double_column_near_the_clipped_truth(conn, people_db, table):
+    """The scaled-integer path (DOUBLE income, scale 10^6) returns value units."""
+    cur = conn.cursor()
+    cur.execute("SET dpsql.epsilon = 9")
+    cur.execute(f"SELECT SUM(income), AVG(income), COUNT(*) FROM {table} WHERE age > 20")
+    total, avg, n = cur.fetchone()
+    exact_sum, exact_avg = truth(people_db, f"SELECT SUM(LEAST(income, 500000)), AVG(LEAST(income, 500000)) "
+                                            f"FROM {table} WHERE age > 20")[0]
+    # four noisy parts, eps 2.25 each: SUM noise scale 500000/2.25, AVG's centered sum
+    # 250000/2.25 over more than 1500 people; 20 noise scales bound a false failure by e^-20
+    assert n > 1500
+    assert abs(total - exact_sum) < 20 * 500000 / 2.25
+    assert abs(avg - exact_avg) < 20 * 250000 / 2.25 / 1500 + 1
