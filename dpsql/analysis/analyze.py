@@ -722,9 +722,7 @@ class _Analysis:
             thr = sens.selection_threshold(eps_part, delta_part, l0)
             selection = Selection(eps_part, delta_part, l0, thr)
             sel_noise = NoiseSpec("_units", "laplace", float(l0), math.sqrt(l0), 1.0, eps_part, 0.0)
-        charged_delta = delta_part * delta_parts
         cost = Cost(s.epsilon, s.delta if delta_parts else 0.0)
-        del charged_delta
         return QueryPlan(
             text=self.tree.sql(self.dialect, comments=False), table=table, table_ref=table.source or table.name,
             bounded=bounded, l0=l0, keys=tuple(self.keys), measures=measures, noise=tuple(noise),

@@ -41,13 +41,23 @@ def per_group_bound(measure: Measure, rows_per_unit: int) -> Fraction:
     return m * max(abs(measure.lo), abs(measure.hi))
 
 
+def _up(x: Fraction) -> float:
+    """The smallest float >= x (float() rounds to nearest, possibly down)."""
+    f = float(x)
+    return f if Fraction(f) >= x else math.nextafter(f, math.inf)
+
+
 def l1(linf: Fraction, l0: int) -> float:
-    return float(linf * l0)
+    """L0 * Linf, rounded up to a float."""
+    return _up(linf * l0)
 
 
 def l2(linf: Fraction, l0: int) -> float:
-    # round up: sqrt in floating point may round down by an ulp
-    return math.nextafter(float(linf) * math.sqrt(l0), math.inf) if l0 > 1 else float(linf)
+    """sqrt(L0) * Linf, rounded up: sqrt and the product may each round down by half
+    an ulp, so step up two ulps."""
+    if l0 == 1:
+        return _up(linf)
+    return math.nextafter(math.nextafter(_up(linf) * math.sqrt(l0), math.inf), math.inf)
 
 
 def selection_threshold(epsilon: float, delta: float, l0: int) -> float:
