@@ -6,7 +6,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from dpsql.frontends.cli import cli, format_value
+from dpsql.frontends.cli import cli
+from dpsql.frontends.render import format_value
 
 
 @pytest.fixture
