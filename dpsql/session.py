@@ -388,6 +388,11 @@ class Session:
             raise QueryRejected(f"RESET {name}", "only dpsql settings can be reset")
         return Result([], [], [], "set", tag="RESET")
 
+    def cancel(self) -> None:
+        """Cancel the running query (from another thread or a signal handler). A charge
+        already made stays made; nothing is released."""
+        self.engine.interrupt()
+
     def spending(self) -> Spending:
         b = self.policy.budget
         return self.ledger.spending(self.analyst, epsilon_total=b.epsilon, delta_total=b.delta)
