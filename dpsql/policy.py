@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,13 +29,16 @@ _COLUMN_KEYS = {"lower", "upper", "values", "identifier"}
 
 
 class _Where:
-    """Formats 'file: key: problem' messages."""
+    """Formats 'file: key: problem' messages; 'file: line N: key: problem' when the TOML
+    text is known and the key (or its nearest enclosing table) is found in it."""
 
-    def __init__(self, source: str):
-        self.source = source
+    def __init__(self, source: str, text: str | None = None):
+        self.source, self.text = source, text
 
     def error(self, key: str, problem: str) -> PolicyError:
-        return PolicyError(f"policy {self.source}: {key}: {problem}")
+        line = locate(self.text, key) if self.text is not None else None
+        at = f"line {line}: " if line is not None else ""
+        return PolicyError(f"policy {self.source}: {at}{key}: {problem}")
 
 
 def _number(where: _Where, key: str, value: Any, *, positive: bool = False,
@@ -166,12 +170,20 @@ def load_policy(policy: str | os.PathLike | Mapping[str, Any] | Policy) -> Polic
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        raise PolicyError(f"policy {path}: not valid TOML: {err}") from None
-    return _build(data, str(path), base=path.resolve().parent)
+        raise PolicyError(f"policy {path}: {_toml_error(err)}") from None
+    return _build(data, str(path), base=path.resolve().parent, text=text)
 
 
-def _build(data: Mapping[str, Any], source: str, *, base: Path) -> Policy:
-    where = _Where(source)
+def _toml_error(err: tomllib.TOMLDecodeError) -> str:
+    """'line N: not valid TOML: problem (column C)' from tomllib's '... (at line N, column C)'."""
+    m = re.search(r"\s*\(at line (\d+), column (\d+)\)\s*$", str(err))
+    if m is None:
+        return f"not valid TOML: {err}"
+    return f"line {m.group(1)}: not valid TOML: {str(err)[:m.start()]} (column {m.group(2)})"
+
+
+def _build(data: Mapping[str, Any], source: str, *, base: Path, text: str | None = None) -> Policy:
+    where = _Where(source, text)
     _unknown(where, "", data, _TOP_KEYS)
 
     b = _table(where, "budget", data.get("budget", None) or _missing(where, "budget"))
@@ -271,3 +283,170 @@ def _column_policy(where: _Where, key: str, cname: str, c: Any) -> ColumnPolicy:
     if not isinstance(ident, bool):
         raise where.error(f"{key}.identifier", "must be true or false")
     return ColumnPolicy(cname.lower(), lower, upper, values, ident)
+
+
+# -- where a key is in TOML text --------------------------------------------------------------------
+
+_BARE = r"[A-Za-z0-9_-]+"
+_QUOTED = r'"(?:[^"\\]|\\.)*"|\'[^\']*\''
+_KEY_PART = re.compile(rf"\s*({_BARE}|{_QUOTED})\s*")
+
+
+def locate(text: str, key: str) -> int | None:
+    """The 1-based line that defines a dotted key path in TOML text, or None.
+
+    `key` is a path such as ``tables.people.columns.age.lower``. Table headers
+    (``[tables.people.columns]``, ``[[...]]``), dotted keys (``a.b = 1``) and inline tables
+    (``age = { lower = 0, upper = 1 }``, also nested) are followed. If the path itself is not
+    written (a missing key), the line of its nearest enclosing table or key is returned, so a
+    message about ``budget.epsilon`` points at ``[budget]``. A line scanner, not a parser: it
+    is meant for valid TOML (tomllib reports its own errors' lines); multi-line strings and
+    arrays are skipped over.
+    """
+    want = tuple(key.split(".")) if key else ()
+    found: dict[tuple[str, ...], int] = {}
+    table: tuple[str, ...] = ()
+    pending: str | None = None             # closing quote of a multi-line string being skipped
+    depth = 0                              # bracket depth of a multi-line array/inline table
+    for n, line in enumerate(text.splitlines(), start=1):
+        if pending is not None:
+            if pending in line:
+                pending = None
+            continue
+        if depth > 0:
+            depth = max(0, depth + _depth(line))
+            continue
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if stripped.startswith("["):
+            inner = stripped[2:] if stripped.startswith("[[") else stripped[1:]
+            parts, rest = _key_path(inner)
+            if parts is not None and rest.lstrip().startswith("]"):
+                table = parts
+                for i in range(1, len(parts) + 1):
+                    found.setdefault(parts[:i], n)
+            continue
+        parts, rest = _key_path(line)
+        if parts is None or not rest.startswith("="):
+            continue
+        path = table + parts
+        for i in range(len(table) + 1, len(path) + 1):
+            found.setdefault(path[:i], n)
+        value = rest[1:].lstrip()
+        for triple in ('"""', "'''"):
+            if value.startswith(triple) and value.count(triple) == 1:
+                pending = triple
+        if value.startswith("{"):
+            _inline_keys(value, path, n, found)
+        if pending is None and value[:1] in "[{":
+            depth = max(0, _depth(value))
+    for i in range(len(want), 0, -1):
+        if want[:i] in found:
+            return found[want[:i]]
+    return None
+
+
+def _key_path(text: str) -> tuple[tuple[str, ...] | None, str]:
+    """Parse a (dotted) key at the start of text: (parts, the rest) or (None, text)."""
+    parts, pos = [], 0
+    while True:
+        m = _KEY_PART.match(text, pos)
+        if m is None:
+            return None, text
+        tok = m.group(1)
+        parts.append(tok[1:-1] if tok[0] in "\"'" else tok)
+        pos = m.end()
+        if text[pos:pos + 1] != ".":
+            return tuple(parts), text[pos:]
+        pos += 1
+
+
+def _inline_keys(value: str, path: tuple[str, ...], line: int, found: dict) -> None:
+    """Record the keys of an inline table (and nested ones) written on this line."""
+    stack, i, expect_key = [path], 1, True
+    while i < len(value) and stack:
+        ch = value[i]
+        if ch in "\"'":
+            end = _string_end(value, i)
+            if expect_key:
+                parts, rest = _key_path(value[i:])
+                if parts is not None and rest.startswith("="):
+                    i = len(value) - len(rest)
+                    continue
+            i = end
+            continue
+        if expect_key and not ch.isspace() and ch not in ",}":
+            parts, rest = _key_path(value[i:])
+            if parts is None or not rest.startswith("="):
+                return
+            full = stack[-1] + parts
+            for k in range(len(stack[-1]) + 1, len(full) + 1):
+                found.setdefault(full[:k], line)
+            i = len(value) - len(rest) + 1
+            expect_key = False
+            rest_value = value[i:].lstrip()
+            if rest_value.startswith("{"):
+                stack.append(full)
+                i = len(value) - len(rest_value) + 1
+                expect_key = True
+            continue
+        if ch == "[":
+            end = _array_end(value, i)
+            if end is None:
+                return
+            i = end
+            continue
+        if ch == ",":
+            expect_key = True
+        elif ch == "}":
+            stack.pop()
+            expect_key = False
+        i += 1
+
+
+def _string_end(text: str, i: int) -> int:
+    quote, j = text[i], i + 1
+    while j < len(text):
+        if quote == '"' and text[j] == "\\":
+            j += 2
+            continue
+        if text[j] == quote:
+            return j + 1
+        j += 1
+    return len(text)
+
+
+def _array_end(text: str, i: int) -> int | None:
+    depth, j = 0, i
+    while j < len(text):
+        ch = text[j]
+        if ch in "\"'":
+            j = _string_end(text, j)
+            continue
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+        j += 1
+    return None
+
+
+def _depth(text: str) -> int:
+    """Net count of opening minus closing brackets and braces, outside strings and comments."""
+    depth, j = 0, 0
+    while j < len(text):
+        ch = text[j]
+        if ch in "\"'":
+            j = _string_end(text, j)
+            continue
+        if ch == "#":
+            break
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        j += 1
+    return depth

@@ -2,17 +2,31 @@
 
     dpsql query "SELECT state, COUNT(*) FROM people GROUP BY state"      # the bundled demo
     dpsql query people.duckdb "SELECT ..." --policy policy.toml --analyst alice
+    dpsql repl                                                             # interactive, on the demo
+    dpsql repl people.duckdb -p policy.toml -a alice < script.sql          # script mode
+    dpsql explain "SELECT AVG(income) FROM people"                         # how, without charging
+    dpsql budget --policy policy.toml                                      # every analyst's spending
+    dpsql policy check policy.toml [--database people.duckdb]              # validate a policy
     dpsql demo                                                             # where the demo lives
 
 Front ends talk only to a Session (and the error classes).
 """
 from __future__ import annotations
 
+import re
+import sys
+from pathlib import Path
+
 import click
 
 from dpsql import errors
 from dpsql.frontends.render import render_csv, render_json, render_table
-from dpsql.session import Session
+from dpsql.frontends.script import run_script
+from dpsql.session import Result, Session, check_policy, data_dir, spending_report
+
+_FORMAT = click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
+                       show_default=True, help="Output format.")
+_EXPLAIN_DP = re.compile(r"^\s*EXPLAIN\s+DP\b", re.I)
 
 
 def _fail(err: errors.Error) -> click.ClickException:
@@ -78,6 +92,162 @@ def demo() -> None:
     """Create the bundled demo if needed and print where it is."""
     db, pol, analyst = Session.demo()
     click.echo(f"database: {db}\npolicy:   {pol}\nanalyst:  {analyst}")
+
+
+def _target(args: tuple[str, ...], policy: str | None, analyst: str | None, what: str) -> tuple:
+    """Split [TARGET] SQL arguments; a TARGET needs --policy and --analyst."""
+    if len(args) > 2:
+        raise click.UsageError(f"give at most a TARGET and one {what} (quote the SQL)")
+    target, rest = (None, args[0]) if len(args) == 1 else args
+    if target is not None and (policy is None or analyst is None):
+        raise click.UsageError("with a TARGET, give --policy and --analyst")
+    return target, rest
+
+
+def _echo_result(result: Result, fmt: str) -> None:
+    if fmt == "csv":
+        click.echo(render_csv(result))
+    elif fmt == "json":
+        click.echo(render_json(result))
+    else:
+        click.echo(render_table(result))
+
+
+def _stdin_is_tty() -> bool:
+    try:
+        return sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+@cli.command()
+@click.argument("target", required=False)
+@click.option("--policy", "-p", help="Policy TOML file (required with a TARGET; default: the demo's).")
+@click.option("--analyst", "-a", help="Whose budget is charged (required with a TARGET).")
+@click.option("--history", type=click.Path(dir_okay=False),
+              help="File keeping the interactive command history (default: <data dir>/history, "
+                   "where the data dir is $DPSQL_HOME or ~/.local/share/dpsql).")
+@_FORMAT
+def repl(target: str | None, policy: str | None, analyst: str | None, history: str | None, fmt: str) -> None:
+    """Ask queries interactively, or run a script piped to stdin.
+
+    On a terminal this opens the interactive prompt. When stdin is a pipe or a file
+    (dpsql repl < script.sql) it runs script mode: statements end with ';', and the
+    meta-commands \\budget, \\epsilon X, \\delta X, \\mechanism M and \\explain QUERY
+    stand on their own lines. Each result is printed; a failing statement prints
+    "ERROR: message [sqlstate]" to stderr and the script goes on. The exit status is 1
+    if any statement failed, else 0.
+
+    TARGET is a DuckDB file (or duckdb:///path). Without it, the bundled demo is used.
+    """
+    if target is not None and (policy is None or analyst is None):
+        raise click.UsageError("with a TARGET, give --policy and --analyst")
+    interactive = _stdin_is_tty()
+    try:
+        with Session.open(target, policy, analyst) as session:
+            if interactive:
+                try:
+                    from dpsql.frontends import repl as interactive_repl   # lazy: prompt_toolkit
+                except ImportError as err:
+                    raise click.ClickException(f"the interactive prompt is not available ({err}); "
+                                               "pipe a script instead: dpsql repl < script.sql") from None
+                hist = Path(history) if history else data_dir() / "history"
+                code = interactive_repl.run(session, history=hist)
+            else:
+                code = run_script(session, sys.stdin, sys.stdout, sys.stderr, fmt)
+    except errors.Error as err:
+        raise _fail(err) from None
+    sys.exit(code or 0)
+
+
+@cli.command()
+@click.argument("args", nargs=-1, required=True, metavar="[TARGET] SQL")
+@click.option("--policy", "-p", help="Policy TOML file (required with a TARGET).")
+@click.option("--analyst", "-a", help="Whose settings and budget apply (required with a TARGET); "
+                                      "nothing is charged.")
+@click.option("--epsilon", "-e", type=float, help="Epsilon to plan with (default: the policy's).")
+@click.option("--mechanism", type=click.Choice(["laplace", "gaussian", "gaussian_classic"]),
+              help="Noise mechanism to plan with (default: the policy's).")
+@_FORMAT
+def explain(args: tuple[str, ...], policy: str | None, analyst: str | None, epsilon: float | None,
+            mechanism: str | None, fmt: str) -> None:
+    """Plan a query without running or charging it (EXPLAIN DP).
+
+    Prints EXPLAIN DP: each noisy value's mechanism, sensitivity, epsilon, noise scale
+    and 95% half-width, the total charge, the contribution bounding, and the rewritten
+    SQL that would run. TARGET is a DuckDB file; without it, the bundled demo is used.
+    """
+    target, sql = _target(args, policy, analyst, "SQL string")
+    if not _EXPLAIN_DP.match(sql):
+        sql = f"EXPLAIN DP {sql}"
+    try:
+        with Session.open(target, policy, analyst) as session:
+            if epsilon is not None:
+                session.execute(f"SET dpsql.epsilon = {epsilon!r}")
+            if mechanism is not None:
+                session.execute(f"SET dpsql.mechanism = '{mechanism}'")
+            result = session.execute(sql)
+    except errors.Error as err:
+        raise _fail(err) from None
+    _echo_result(result, fmt)
+
+
+@cli.command()
+@click.option("--policy", "-p", type=click.Path(dir_okay=False),
+              help="Policy TOML file whose ledger to read (default: the demo's).")
+@_FORMAT
+def budget(policy: str | None, fmt: str) -> None:
+    """Show every analyst's privacy spending (admin view).
+
+    Reads the ledger named by the policy (budget.ledger, or <policy>.ledger.sqlite) and
+    prints, per analyst: epsilon and delta spent and remaining of the policy's lifetime
+    budget, and the number of answered queries. Needs no database; charges nothing.
+    """
+    if policy is None:
+        policy = str(Session.demo()[1])
+    try:
+        report = spending_report(policy)
+    except errors.Error as err:
+        raise _fail(err) from None
+    cols = ["analyst", "epsilon_spent", "epsilon_remaining", "delta_spent", "delta_remaining", "queries"]
+    rows = [(r.spending.analyst, r.spending.epsilon_spent, r.spending.epsilon_remaining,
+             r.spending.delta_spent, r.spending.delta_remaining, r.queries) for r in report]
+    result = Result(cols, ["string"] + ["number"] * 5, rows, "show", [None] * len(cols),
+                    [(None,) * len(cols) for _ in rows], tag=f"SELECT {len(rows)}")
+    _echo_result(result, fmt)
+
+
+@cli.group("policy")
+def policy_group() -> None:
+    """Validate policy files."""
+
+
+@policy_group.command("check")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--database", "-d", metavar="TARGET",
+              help="Also check the policy against this database (a DuckDB file or duckdb:///path): "
+                   "every protected table and declared column exists, with types that fit the "
+                   "bounds and domains. Reads the schema only: opens no session and touches no ledger.")
+def policy_check(path: str, database: str | None) -> None:
+    """Validate a policy file (and optionally match it to a database).
+
+    Prints "OK: FILE: N protected tables" and exits 0, or prints each problem with the
+    key and its line in the file and exits 1.
+    """
+    try:
+        report = check_policy(path, database)
+    except errors.Error as err:
+        raise _fail(err) from None
+    if report.ok:
+        n = len(report.tables)
+        click.echo(f"OK: {path}: {n} protected table{'s' if n != 1 else ''}"
+                   + (f" (checked against {database})" if database else ""))
+        return
+    for problem in report.problems:
+        click.echo(problem)
+    n = len(report.problems)
+    click.echo(f"{path}: {n} problem{'s' if n != 1 else ''}", err=True)
+    sys.exit(1)
 
 
 def main() -> None:

@@ -64,3 +64,17 @@ def render_json(result: Result) -> str:
         doc["epsilon_remaining"] = result.spending.epsilon_remaining
         doc["delta_remaining"] = result.spending.delta_remaining
     return json.dumps(doc, indent=2, default=str)
+
+
+def rich_table(result: Result):
+    """A rich Table for terminals: numbers right-aligned, noisy values as `1204 ±27`."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(show_header=True, header_style="bold", show_edge=False, pad_edge=False)
+    numeric = [t == "number" for t in result.types] or [False] * len(result.columns)
+    for i, name in enumerate(result.columns):
+        table.add_column(Text(name), justify="right" if numeric[i] else "left", no_wrap=(i == 0))
+    for row, widths in zip(result.rows, result.half_widths or [None] * len(result.rows)):
+        table.add_row(*[Text(format_value(v, hw)) for v, hw in zip(row, widths or (None,) * len(row))])
+    return table

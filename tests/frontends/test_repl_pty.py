@@ -1,0 +1,80 @@
+"""The real REPL in a pseudo-terminal (pexpect): typing, Tab, Ctrl-D."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pexpect
+import pytest
+
+TIMEOUT = 20
+PROMPT = "analyst=>"
+
+
+@pytest.fixture
+def repl(tmp_path):
+    env = dict(os.environ, DPSQL_HOME=str(tmp_path / "home"), TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1",
+               COLUMNS="160", LINES="50", NO_COLOR="1", PYTHONUNBUFFERED="1")
+    child = pexpect.spawn(sys.executable, ["-m", "dpsql.frontends.repl"], env=env, encoding="utf-8",
+                          timeout=TIMEOUT, dimensions=(50, 160))
+    child.expect("type \\\\help")
+    child.expect(PROMPT)
+    yield child
+    if child.isalive():
+        child.terminate(force=True)
+
+
+def _run(child, line: str, *expects: str) -> None:
+    child.sendline(line)
+    for e in expects:
+        child.expect_exact(e)
+    child.expect_exact(PROMPT)
+
+
+def test_session_in_a_terminal(repl):
+    # a query typed over two lines: continuation prompt, then the noisy table and its status line
+    repl.sendline("SELECT state, COUNT(*)")
+    repl.expect_exact("analyst->")
+    repl.sendline("FROM people GROUP BY state;")
+    repl.expect_exact("±")
+    repl.expect_exact("epsilon charged 0.5; remaining epsilon 9.5")
+    repl.expect_exact(PROMPT)
+
+    _run(repl, "\\chart", "CA ")
+    bars = [line for line in repl.before.splitlines() if "█" in line]
+    assert len(bars) == 8, repl.before
+
+    _run(repl, "\\budget", "epsilon_spent")
+    assert "0.5" in repl.before
+
+    _run(repl, "\\explain SELECT COUNT(*) FROM people;", "rewritten_sql")
+    _run(repl, "\\budget", "epsilon_spent")
+    assert "9.5" in repl.before and "0.5" in repl.before      # EXPLAIN charged nothing
+
+    _run(repl, "SELECT * FROM people;", "ERROR:")
+    _run(repl, "SHOW dpsql.epsilon;", "0.5")                      # the loop goes on
+
+    repl.sendeof()
+    repl.expect(pexpect.EOF)
+    repl.close()
+    assert repl.exitstatus == 0
+
+
+def test_tab_completion_and_ctrl_c(repl):
+    repl.send("SELECT COUNT(*) FROM peo")
+    repl.send("\t")
+    repl.expect(r"peo(\x1b\[[0-9;?]*[A-Za-z])*ple")        # the rest of the word, however it is drawn
+    repl.sendline(";")
+    repl.expect_exact("remaining epsilon 9.5")
+    repl.expect_exact(PROMPT)
+
+    repl.send("SELECT garbage")
+    repl.sendintr()                                              # Ctrl-C clears the line
+    repl.expect_exact(PROMPT)
+    _run(repl, "\\budget", "epsilon_spent")
+    assert "Traceback" not in repl.before
+
+    repl.sendeof()
+    repl.expect(pexpect.EOF)
+    repl.close()
+    assert repl.exitstatus == 0
