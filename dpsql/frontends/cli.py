@@ -63,28 +63,11 @@ def query(args: tuple[str, ...], policy: str | None, analyst: str | None, epsilo
     TARGET is a DuckDB file (or duckdb:///path). Without it, the query runs on the
     bundled demo as the demo analyst.
     """
-    if len(args) > 2:
-        raise click.UsageError("give at most a TARGET and one SQL string (quote the SQL)")
-    target, sql = (None, args[0]) if len(args) == 1 else args
-    if target is not None and (policy is None or analyst is None):
-        raise click.UsageError("with a TARGET, give --policy and --analyst")
-    try:
-        with Session.open(target, policy, analyst) as session:
-            if epsilon is not None:
-                session.execute(f"SET dpsql.epsilon = {epsilon!r}")
-            if mechanism is not None:
-                session.execute(f"SET dpsql.mechanism = '{mechanism}'")
-            result = session.execute(sql)
-    except errors.Error as err:
-        raise _fail(err) from None
-    if fmt == "csv":
-        click.echo(render_csv(result))
-    elif fmt == "json":
-        click.echo(render_json(result))
-    else:
-        click.echo(render_table(result))
-        if result.kind == "private":
-            click.echo(result.status, err=True)
+    target, sql = _target(args, policy, analyst, "SQL string")
+    result = _run_one(target, policy, analyst, epsilon, mechanism, sql)
+    _echo_result(result, fmt)
+    if fmt == "table" and result.kind == "private":
+        click.echo(result.status, err=True)
 
 
 @cli.command()
@@ -102,6 +85,19 @@ def _target(args: tuple[str, ...], policy: str | None, analyst: str | None, what
     if target is not None and (policy is None or analyst is None):
         raise click.UsageError("with a TARGET, give --policy and --analyst")
     return target, rest
+
+
+def _run_one(target, policy, analyst, epsilon: float | None, mechanism: str | None, sql: str) -> Result:
+    """Open a session, apply the one-off settings, run one statement."""
+    try:
+        with Session.open(target, policy, analyst) as session:
+            if epsilon is not None:
+                session.execute(f"SET dpsql.epsilon = {epsilon!r}")
+            if mechanism is not None:
+                session.execute(f"SET dpsql.mechanism = '{mechanism}'")
+            return session.execute(sql)
+    except errors.Error as err:
+        raise _fail(err) from None
 
 
 def _echo_result(result: Result, fmt: str) -> None:
@@ -180,16 +176,7 @@ def explain(args: tuple[str, ...], policy: str | None, analyst: str | None, epsi
     target, sql = _target(args, policy, analyst, "SQL string")
     if not _EXPLAIN_DP.match(sql):
         sql = f"EXPLAIN DP {sql}"
-    try:
-        with Session.open(target, policy, analyst) as session:
-            if epsilon is not None:
-                session.execute(f"SET dpsql.epsilon = {epsilon!r}")
-            if mechanism is not None:
-                session.execute(f"SET dpsql.mechanism = '{mechanism}'")
-            result = session.execute(sql)
-    except errors.Error as err:
-        raise _fail(err) from None
-    _echo_result(result, fmt)
+    _echo_result(_run_one(target, policy, analyst, epsilon, mechanism, sql), fmt)
 
 
 @cli.command()
