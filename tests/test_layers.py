@@ -14,9 +14,10 @@ PKG = Path(__file__).resolve().parents[1] / "dpsql"
 # module group -> dpsql groups it may import
 ALLOWED = {
     "errors": set(),
+    "sqltext": set(),     # a lexical leaf (quotes and comments), usable at every layer
     "cost": set(),
     "policy": {"errors"},
-    "analysis": {"errors", "policy", "cost", "analysis"},
+    "analysis": {"errors", "policy", "cost", "analysis", "sqltext"},
     "rewrite": {"errors", "policy", "cost", "analysis", "rewrite"},
     "engines": {"errors", "engines"},
     "noise": {"errors", "noise"},
@@ -26,10 +27,10 @@ ALLOWED = {
     "demo": {"datagen"},
     "session": {"errors", "policy", "cost", "analysis", "rewrite", "engines", "noise", "ledger",
                 "postprocess", "demo"},
-    "frontends": {"errors", "session", "frontends"},
+    "frontends": {"errors", "session", "frontends", "sqltext"},
     "__init__": {"errors", "frontends"},
 }
-NO_SQLGLOT = {"noise", "ledger", "postprocess", "engines", "policy", "errors", "cost"}
+NO_SQLGLOT = {"noise", "ledger", "postprocess", "engines", "policy", "errors", "cost", "sqltext"}
 
 
 def _group(path: Path) -> str:

@@ -20,6 +20,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
 from dpsql.errors import QueryRejected, SqlSyntaxError
+from dpsql.sqltext import strip_comments
 
 _SET = re.compile(r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?([A-Za-z_][\w.]*)\s*(?:=|\bTO\b)\s*(.*?)\s*;?\s*$",
                   re.I | re.S)
@@ -36,45 +37,6 @@ class Statement:
     value: str | None = None   # raw value text for set
     tree: exp.Expression | None = None
     text: str = ""
-
-
-def strip_comments(text: str) -> str:
-    """Replace -- and /* */ comments outside quotes with a space.
-
-    Quotes ('...' strings with '' escapes, "..." identifiers) are skipped whole, so a
-    comment marker inside a string stays. An unterminated block comment runs to the end.
-    """
-    out, i, n = [], 0, len(text)
-    while i < n:
-        c = text[i]
-        if c in "'\"":
-            j = i + 1
-            while j < n:
-                if text[j] == c:
-                    if j + 1 < n and text[j + 1] == c:
-                        j += 2
-                        continue
-                    break
-                j += 1
-            out.append(text[i:j + 1])
-            i = j + 1
-        elif text.startswith("--", i):
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-            out.append(" ")
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            i = n if j < 0 else j + 2
-            out.append(" ")
-        else:
-            j = i
-            while j < n and text[j] not in "'\"-/":
-                j += 1
-            if j == i:
-                j = i + 1
-            out.append(text[i:j])
-            i = j
-    return "".join(out)
 
 
 def classify(text: str, params: Sequence[Any] | Mapping[str, Any] | None = None,

@@ -18,6 +18,7 @@ from dpsql import errors
 from dpsql.frontends.chart import bar_chart
 from dpsql.frontends.render import rich_table
 from dpsql.session import Result, Session
+from dpsql.sqltext import only_comments, split_statements
 
 KEYWORDS = (
     "SELECT", "FROM", "WHERE", "GROUP", "BY", "HAVING", "ORDER", "LIMIT", "COUNT", "SUM", "AVG", "AND",
@@ -54,51 +55,6 @@ Keys: Tab completes; Ctrl-C clears the line or cancels a query; Ctrl-D quits."""
 
 # -- pure helpers (unit-tested without a terminal) --------------------------------------
 
-def split_statements(text: str) -> tuple[list[str], str]:
-    """Complete statements (each ending with ';', which is kept) and the unfinished rest.
-
-    ';' inside '...' or "..." strings (with doubled quotes as escapes), -- comments and
-    /* */ comments does not end a statement.
-    """
-    out: list[str] = []
-    start, i, n = 0, 0, len(text)
-    while i < n:
-        c = text[i]
-        if c in ("'", '"'):
-            j = i + 1
-            while j < n:
-                if text[j] == c:
-                    if j + 1 < n and text[j + 1] == c:
-                        j += 2
-                        continue
-                    break
-                j += 1
-            if j >= n:                      # unterminated string: the rest is unfinished
-                return out, text[start:]
-            i = j + 1
-        elif text.startswith("--", i):
-            j = text.find("\n", i)
-            i = n if j < 0 else j + 1
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            if j < 0:
-                return out, text[start:]
-            i = j + 2
-        elif c == ";":
-            stmt = text[start:i + 1].strip()
-            if stmt != ";":
-                out.append(stmt)
-            start = i = i + 1
-        else:
-            i += 1
-    return out, text[start:]
-
-
-def _only_comments(text: str) -> bool:
-    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
-    return not re.sub(r"--[^\n]*", " ", text).strip()
-
-
 def is_complete(text: str) -> bool:
     """Whether Enter should run the buffer: a meta-command, a blank line, or SQL that ends
     with ';' outside quotes and comments."""
@@ -106,7 +62,7 @@ def is_complete(text: str) -> bool:
     if not stripped or stripped.startswith("\\"):
         return True
     statements, rest = split_statements(text)
-    return bool(statements) and _only_comments(rest)
+    return bool(statements) and only_comments(rest)
 
 
 @dataclass(frozen=True)
@@ -348,7 +304,7 @@ class _Repl:
             if stripped.startswith("\\"):
                 return self.meta(stripped)
             statements, rest = split_statements(text)
-            if not _only_comments(rest):
+            if not only_comments(rest):
                 statements.append(rest.strip())
             for stmt in statements:
                 self.execute(stmt)

@@ -22,6 +22,7 @@ from typing import TextIO
 from dpsql import errors
 from dpsql.frontends.render import render_csv, render_json, render_table
 from dpsql.session import Result, Session
+from dpsql.sqltext import skip
 
 META_HELP = {
     "budget": "show your spending and what is left",
@@ -74,47 +75,13 @@ def split_script(text: str) -> list[Statement]:
             continue
         if not content and not ch.isspace() and not text.startswith(("--", "/*"), i):
             content, start = True, line
-        if ch == "\n":
-            line += 1
-            buf.append(ch)
-            i += 1
-        elif ch == ";":
+        kind, end, _ = skip(text, i)
+        if kind == "code" and ch == ";":
             flush()
-            i += 1
-        elif text.startswith("--", i):
-            end = text.find("\n", i)
-            end = n if end == -1 else end
-            buf.append(text[i:end])
-            i = end
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            end = n if end == -1 else end + 2
-            line += text.count("\n", i, end)
-            buf.append(text[i:end])
-            i = end
-        elif ch in "'\"":
-            end = i + 1
-            while end < n:
-                if text[end] == ch:
-                    if end + 1 < n and text[end + 1] == ch:      # '' or "" inside the quotes
-                        end += 2
-                        continue
-                    break
-                end += 1
-            end = min(end + 1, n)
-            line += text.count("\n", i, end)
-            buf.append(text[i:end])
-            i = end
-        elif ch == "$" and (m := re.match(r"\$([A-Za-z_]\w*)?\$", text[i:])):
-            tag = m.group(0)
-            end = text.find(tag, i + len(tag))
-            end = n if end == -1 else end + len(tag)
-            line += text.count("\n", i, end)
-            buf.append(text[i:end])
-            i = end
         else:
-            buf.append(ch)
-            i += 1
+            buf.append(text[i:end])
+        line += text.count("\n", i, end)
+        i = end
     flush()
     return out
 

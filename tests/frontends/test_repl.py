@@ -6,7 +6,8 @@ import io
 import pytest
 
 from dpsql.frontends import repl
-from dpsql.frontends.repl import candidates, is_complete, parse_meta, split_statements
+from dpsql.frontends.repl import candidates, is_complete, parse_meta
+from dpsql.sqltext import split_statements
 
 
 # -- statement splitting

@@ -1,0 +1,89 @@
+"""Lexical scanning of SQL text shared by the parser front and the shells.
+
+Finds where a quoted string ('...' with '' escapes), a quoted identifier ("..."), a
+dollar-quoted string ($tag$...$tag$) or a comment (-- to end of line, /* ... */) that
+starts at a position ends, so that callers can strip comments or split statements on ';'
+without being fooled by markers inside quotes. No dpsql imports: a leaf, like errors.
+"""
+from __future__ import annotations
+
+import re
+
+_DOLLAR = re.compile(r"\$([A-Za-z_]\w*)?\$")
+
+
+def skip(text: str, i: int) -> tuple[str, int, bool]:
+    """What starts at i: ("string" | "comment" | "code", end, terminated).
+
+    For a string or comment, end is the index just past it (len(text) when it is
+    unterminated, with terminated False); for code, end == i + 1.
+    """
+    n = len(text)
+    c = text[i]
+    if c in "'\"":
+        j = i + 1
+        while j < n:
+            if text[j] == c:
+                if j + 1 < n and text[j + 1] == c:      # a doubled quote inside the quotes
+                    j += 2
+                    continue
+                return "string", j + 1, True
+            j += 1
+        return "string", n, False
+    if text.startswith("--", i):
+        j = text.find("\n", i)
+        return "comment", (n if j < 0 else j), True
+    if text.startswith("/*", i):
+        j = text.find("*/", i + 2)
+        return ("comment", n, False) if j < 0 else ("comment", j + 2, True)
+    if c == "$" and (m := _DOLLAR.match(text, i)):
+        tag = m.group(0)
+        j = text.find(tag, m.end())
+        return ("string", n, False) if j < 0 else ("string", j + len(tag), True)
+    return "code", i + 1, True
+
+
+_SPECIAL = re.compile(r"['\"$]|--|/\*")
+
+
+def strip_comments(text: str) -> str:
+    """Replace comments outside quotes with a space; quotes are kept whole."""
+    if not _SPECIAL.search(text):            # the common case: nothing to skip
+        return text
+    out, i, n = [], 0, len(text)
+    while i < n:
+        m = _SPECIAL.search(text, i)
+        if m is None:
+            out.append(text[i:])
+            break
+        out.append(text[i:m.start()])
+        kind, end, _ = skip(text, m.start())
+        out.append(" " if kind == "comment" else text[m.start():end])
+        i = end
+    return "".join(out)
+
+
+def split_statements(text: str) -> tuple[list[str], str]:
+    """Complete statements (each ending with ';', which is kept) and the unfinished rest.
+
+    A ';' inside quotes or comments does not end a statement; an unterminated string or
+    comment leaves everything from the last statement on unfinished.
+    """
+    out: list[str] = []
+    start, i, n = 0, 0, len(text)
+    while i < n:
+        kind, end, terminated = skip(text, i)
+        if not terminated:
+            return out, text[start:]
+        if kind == "code" and text[i] == ";":
+            stmt = text[start:end].strip()
+            if stmt != ";":
+                out.append(stmt)
+            start = end
+        i = end
+    return out, text[start:]
+
+
+def only_comments(text: str) -> bool:
+    """Whether text holds nothing but whitespace and comments."""
+    return not strip_comments(text).strip()
