@@ -328,6 +328,9 @@ class Session:
                 f"{k.column} ({'public domain of ' + str(len(k.domain)) if k.domain else 'partition selection'})"
                 for k in plan.keys)
         rows.append(("bounding", None, None, None, None, None, None, None, how))
+        if plan.subset is not None:
+            rows.append(("subset_selection", "flagged" if plan.subset.flagged else "none", None, None, None, None,
+                         None, None, plan.subset.describe()))
         rows.append(("rewritten_sql", None, None, None, None, None, None, None, sql))
         cols = ["item", "aggregate", "mechanism", "sensitivity", "epsilon", "delta", "noise_scale",
                 "ci95_half_width", "detail"]

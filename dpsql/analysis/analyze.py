@@ -26,6 +26,7 @@ from typing import Any, Mapping
 
 from sqlglot import exp
 
+from dpsql.analysis import reconstruction
 from dpsql.analysis import sensitivity as sens
 from dpsql.analysis.plan import (Expr, GroupKey, Measure, NoiseSpec, Output, QueryPlan,
                                  Selection)
@@ -361,6 +362,7 @@ class _Analysis:
         if isinstance(node, exp.Boolean):
             return node.copy()
         if type(node) in _CMP:
+            _only_args(node, {"this", "expression"})
             left, right = node.this, node.expression
             lt, rt = self._operand(left), self._operand(right)
             if not isinstance(left, exp.Column) and not isinstance(right, exp.Column):
@@ -375,6 +377,7 @@ class _Analysis:
         if isinstance(node, exp.Between):
             if node.args.get("symmetric"):
                 raise QueryRejected("BETWEEN SYMMETRIC", "not part of the accepted subset")
+            _only_args(node, {"this", "low", "high"})
             ct = self._column_operand(node.this, "BETWEEN")
             for side in ("low", "high"):
                 self._compatible(ct, self._literal_type(node.args[side], "BETWEEN"), node)
@@ -383,6 +386,7 @@ class _Analysis:
         if isinstance(node, exp.In):
             if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
                 raise _refuse_expression(exp.Subquery(), "WHERE")
+            _only_args(node, {"this", "expressions"})
             ct = self._column_operand(node.this, "IN")
             items = node.expressions
             if not items:
@@ -391,6 +395,7 @@ class _Analysis:
                 self._compatible(ct, self._literal_type(item, "IN"), node)
             return exp.In(this=self._operand_sql(node.this), expressions=[self._literal_sql(i, ct) for i in items])
         if isinstance(node, exp.Is):
+            _only_args(node, {"this", "expression"})
             ct = self._column_operand(node.this, "IS")
             if isinstance(node.expression, exp.Boolean):
                 if family(ct) != "bool":
@@ -407,7 +412,9 @@ class _Analysis:
             if not (isinstance(pat, exp.Literal) and pat.is_string) or node.args.get("escape"):
                 raise QueryRejected("LIKE with a non-literal pattern or ESCAPE",
                                     "only a literal pattern cannot fail on some rows")
-            return type(node)(this=self._operand_sql(node.this), expression=pat.copy())
+            _only_args(node, {"this", "expression", "negate"})
+            like = type(node)(this=self._operand_sql(node.this), expression=pat.copy())
+            return exp.Not(this=like) if node.args.get("negate") else like
         if isinstance(node, exp.Escape):
             raise QueryRejected("LIKE ... ESCAPE", "an escape clause can make the pattern fail")
         if isinstance(node, exp.Column):
@@ -729,7 +736,17 @@ class _Analysis:
             selection=selection, selection_noise=sel_noise, outputs=tuple(outputs), where=where,
             having=having, order=order, limit=limit, offset=offset, cost=cost, mechanism=s.mechanism,
             group_choice=group_choice, domain_size=domain_size, units_only=units_only,
-            unit_not_null=table.name in self.schema.not_null_units)
+            unit_not_null=table.name in self.schema.not_null_units,
+            subset=reconstruction.classify(where, table))
+
+
+def _only_args(node: exp.Expression, allowed: set[str]) -> None:
+    """Refuse a predicate carrying a modifier the rewrite would not reproduce
+    (dropping one silently would change the answer, e.g. NOT LIKE into LIKE)."""
+    extra = [k for k, v in node.args.items() if v not in (None, False, []) and k not in allowed]
+    if extra:
+        raise QueryRejected(f"{type(node).__name__.upper()} with {extra[0].upper()}",
+                            "this form of the predicate is not part of the accepted subset")
 
 
 def _exact_bounds(col: ColumnPolicy, sql_type: str) -> tuple[Fraction, Fraction, int]:

@@ -129,6 +129,7 @@ class QueryPlan:
     units_only: bool = False       # every measure is COUNT(*) and max_rows_per_unit = 1:
                                    # each kept unit adds exactly 1 to its group
     unit_not_null: bool = False    # the engine guarantees the unit is never NULL
+    subset: Any = None             # analysis.reconstruction.SubsetPattern of the WHERE
 
     @property
     def grouped(self) -> bool:

@@ -305,6 +305,9 @@ def side_conditions(tree) -> str | None:
                     return f"C4: GROUP BY {child.value} does not name a key item"
     for o in q.query.find_data("order_item"):
         first = o.children[0]
+        while (not isinstance(first, q.Token) and first.data == "post_unary"       # `+ 1` is still `1`
+               and isinstance(first.children[0], q.Token) and first.children[0].value == "+"):
+            first = first.children[1]
         if isinstance(first, q.Token) and first.type == "NUMBER" and q.item_at(first.value) is None:
             return f"C4: ORDER BY {first.value} is not a position"
     groups = q.grouped()
@@ -355,6 +358,9 @@ def repair_conditions(sql: str, tree) -> str:
                 edits.append((tok.start_pos, tok.end_pos, "'x'"))
     for o in q.query.find_data("order_item"):
         first = o.children[0]
+        while (not isinstance(first, q.Token) and first.data == "post_unary"       # `+ 1` is still `1`
+               and isinstance(first.children[0], q.Token) and first.children[0].value == "+"):
+            first = first.children[1]
         if isinstance(first, q.Token) and first.type == "NUMBER" and q.item_at(first.value) is None:
             edits.append((first.start_pos, first.end_pos, "1"))
     groups = q.grouped()

@@ -333,3 +333,28 @@ def test_sum_and_avg_of_a_double_column_near_the_clipped_truth(conn, people_db, 
     assert n > 1500
     assert abs(total - exact_sum) < 20 * 500000 / 2.25
     assert abs(avg - exact_avg) < 20 * 250000 / 2.25 / 1500 + 1
+
+
+def test_negated_predicates_keep_their_negation(conn, people_db):
+    """NOT LIKE, NOT ILIKE, NOT IN, NOT BETWEEN, IS NOT NULL reach the engine negated."""
+    cur = conn.cursor()
+    cur.execute("SET dpsql.epsilon = 9")
+    where = ("state NOT LIKE 'C%' AND sex NOT ILIKE 'f' AND education NOT IN ('phd') "
+             "AND age NOT BETWEEN 0 AND 25 AND income IS NOT NULL")
+    cur.execute(f"SELECT COUNT(*) FROM people WHERE {where}")
+    (noisy,) = cur.fetchone()
+    (exact,) = truth(people_db, f"SELECT COUNT(*) FROM people WHERE {where}")[0]
+    assert abs(noisy - exact) < 20 / 9          # Laplace scale 1/9: e^-20 false failure
+
+
+def test_explain_dp_shows_subset_selection(conn):
+    cur = conn.cursor()
+    before = spent(cur)
+    cur.execute("EXPLAIN DP SELECT COUNT(*) FROM people WHERE person_id IN (4, 8, 15) AND age > 30")
+    rows = {r[0]: r for r in cur.fetchall()}
+    assert rows["subset_selection"][1] == "flagged"
+    assert "in_list of 3 values" in rows["subset_selection"][8] and "age > 30" in rows["subset_selection"][8]
+    cur.execute("EXPLAIN DP SELECT COUNT(*) FROM people WHERE age > 30")
+    rows = {r[0]: r for r in cur.fetchall()}
+    assert rows["subset_selection"][1] == "none"
+    assert spent(cur) == before
