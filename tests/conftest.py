@@ -1,10 +1,16 @@
 """Shared fixtures: a small DuckDB database with people/visits and a policy for it."""
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import os
+import sys
+from pathlib import Path
 
 import duckdb
 import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 ENGINES = ["duckdb"]   # later: "postgres", "spark"
 
@@ -58,3 +64,17 @@ def conn(request, people_db, policy):
     c = dpsql.connect(people_db, policy=policy, analyst="alice")
     yield c
     c.close()
+
+
+@contextlib.contextmanager
+def benchmark_script(name: str):
+    """Import benchmarks/<name>.py as a module (registered under its name while in use,
+    since dataclasses look their module up by name)."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(name, None)

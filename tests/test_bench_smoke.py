@@ -6,25 +6,18 @@ rewrite, and the tables have a row per query with numbers where numbers belong.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_core.py"
+from tests.conftest import benchmark_script
+
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_core", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_core"] = module      # dataclasses look their module up by name
-    try:
-        spec.loader.exec_module(module)
+    with benchmark_script("bench_core") as module:
         yield module
-    finally:
-        sys.modules.pop("bench_core", None)
 
 
 @pytest.fixture(scope="module")

@@ -304,10 +304,7 @@ def side_conditions(tree) -> str | None:
                 if item is None or item.data != "key_item":
                     return f"C4: GROUP BY {child.value} does not name a key item"
     for o in q.query.find_data("order_item"):
-        first = o.children[0]
-        while (not isinstance(first, q.Token) and first.data == "post_unary"       # `+ 1` is still `1`
-               and isinstance(first.children[0], q.Token) and first.children[0].value == "+"):
-            first = first.children[1]
+        first = _unplussed(o.children[0], q.Token)
         if isinstance(first, q.Token) and first.type == "NUMBER" and q.item_at(first.value) is None:
             return f"C4: ORDER BY {first.value} is not a position"
     groups = q.grouped()
@@ -357,10 +354,7 @@ def repair_conditions(sql: str, tree) -> str:
             elif not q.in_arithmetic(ref) and name not in aliases and name not in q.grouped():
                 edits.append((tok.start_pos, tok.end_pos, "'x'"))
     for o in q.query.find_data("order_item"):
-        first = o.children[0]
-        while (not isinstance(first, q.Token) and first.data == "post_unary"       # `+ 1` is still `1`
-               and isinstance(first.children[0], q.Token) and first.children[0].value == "+"):
-            first = first.children[1]
+        first = _unplussed(o.children[0], q.Token)
         if isinstance(first, q.Token) and first.type == "NUMBER" and q.item_at(first.value) is None:
             edits.append((first.start_pos, first.end_pos, "1"))
     groups = q.grouped()
@@ -392,3 +386,11 @@ def repair_conditions(sql: str, tree) -> str:
     for start, end, text in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
         sql = sql[:start] + text + sql[end:]
     return sql
+
+
+def _unplussed(node, token_type):
+    """An ORDER BY item without leading unary plus signs: `+ 1` is still the position 1."""
+    while (not isinstance(node, token_type) and node.data == "post_unary"
+           and isinstance(node.children[0], token_type) and node.children[0].value == "+"):
+        node = node.children[1]
+    return node

@@ -6,29 +6,20 @@ does not produce a false failure. The arguments are in the comments beside each 
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import duckdb
 import numpy as np
 import pytest
 
 from dpsql.noise.rng import SeededRng
+from tests.conftest import benchmark_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "reconstruction.py"
 
 
 @pytest.fixture(scope="module")
 def rc():
-    spec = importlib.util.spec_from_file_location("reconstruction", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["reconstruction"] = module      # dataclasses look their module up by name
-    try:
-        spec.loader.exec_module(module)
+    with benchmark_script("reconstruction") as module:
         yield module
-    finally:
-        sys.modules.pop("reconstruction", None)
 
 
 def test_dinur_nissim_reconstructs_raw_duckdb(rc, tmp_path):
