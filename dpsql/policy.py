@@ -21,7 +21,16 @@ from dpsql.errors import PolicyError
 
 MECHANISMS = ("laplace", "gaussian", "gaussian_classic")
 
-_TOP_KEYS = {"budget", "defaults", "tables"}
+_TOP_KEYS = {"budget", "defaults", "tables", "reconstruction", "server", "analysts"}
+_RECON_KEYS = {"surcharge", "max_subset_queries", "cache_lifetime", "audit_log"}
+_SERVER_KEYS = {"auth", "tls_cert", "tls_key", "max_message_bytes"}
+_ANALYST_KEYS = {"password", "epsilon", "delta"}
+AUTH_METHODS = ("scram-sha-256", "trust")
+DEFAULT_SURCHARGE = 1.0
+DEFAULT_CACHE_LIFETIME = 30 * 86400     # seconds
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_ANALYST_NAME = re.compile(r"^[\w.@+-]{1,128}$")
 _BUDGET_KEYS = {"epsilon", "delta", "ledger"}
 _DEFAULT_KEYS = {"epsilon", "delta", "mechanism"}
 _TABLE_KEYS = {"privacy_unit", "max_rows_per_unit", "max_groups_per_unit", "columns", "source"}
@@ -127,14 +136,61 @@ class Defaults:
 
 
 @dataclass(frozen=True, slots=True)
+class Reconstruction:
+    """The reconstruction defence's settings (see dpsql.analysis.reconstruction).
+
+    surcharge: a query that selects people by identity is charged (1 + surcharge) times its
+        epsilon; never less than in full.
+    max_subset_queries: how many such queries one analyst may have answered over one population;
+        None = derived from the population the queries name (reconstruction.auto_cap).
+    cache_lifetime: seconds an identical repeat is answered from the cache, free and unchanged.
+    audit_log: JSON-lines file of flagged queries, surcharges and refusals (None: beside the ledger).
+    """
+    surcharge: float = DEFAULT_SURCHARGE
+    max_subset_queries: int | None = None
+    cache_lifetime: float = DEFAULT_CACHE_LIFETIME
+    audit_log: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Server:
+    """How `dpsql serve` admits clients: `scram-sha-256` (passwords from [analysts.NAME]) or `trust`
+    (any user name, loopback only); TLS when both a certificate and a key are given."""
+    auth: str = "scram-sha-256"
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    max_message_bytes: int = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Analyst:
+    """One analyst's entry: a SCRAM verifier for the proxy and, optionally, an own budget."""
+    name: str
+    password: str | None = None          # 'SCRAM-SHA-256$<iter>:<salt>$<StoredKey>:<ServerKey>'
+    epsilon: float | None = None
+    delta: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Policy:
     budget: Budget
     defaults: Defaults
     tables: Mapping[str, TablePolicy]
     source: str = "<dict>"
+    reconstruction: Reconstruction = field(default_factory=Reconstruction)
+    server: Server = field(default_factory=Server)
+    analysts: Mapping[str, Analyst] = field(default_factory=dict)
 
     def table(self, name: str) -> TablePolicy | None:
         return self.tables.get(name.lower())
+
+    def budget_for(self, analyst: str) -> Budget:
+        """The analyst's lifetime budget: their [analysts.NAME] epsilon/delta where set, else [budget]."""
+        a = self.analysts.get(analyst)
+        if a is None:
+            return self.budget
+        return Budget(self.budget.epsilon if a.epsilon is None else a.epsilon,
+                      self.budget.delta if a.delta is None else a.delta, self.budget.ledger)
 
     def check_schema(self, table_columns) -> None:
         """Check every protected table and declared column exists in the engine.
@@ -225,7 +281,88 @@ def _build(data: Mapping[str, Any], source: str, *, base: Path, text: str | None
         if tp.name in tables:
             raise where.error(f"tables.{tname}", "declared twice (names are case-insensitive)")
         tables[tp.name] = tp
-    return Policy(budget, defaults, tables, source)
+    recon = _reconstruction(where, data.get("reconstruction", {}), base)
+    server = _server(where, data.get("server", {}), base)
+    analysts = _analysts(where, data.get("analysts", {}), defaults)
+    return Policy(budget, defaults, tables, source, recon, server, analysts)
+
+
+def _path(where: _Where, key: str, value: Any, base: Path) -> Path:
+    if not isinstance(value, (str, os.PathLike)) or not str(value):
+        raise where.error(key, "must be a file path")
+    path = Path(value)
+    return path if path.is_absolute() else base / path
+
+
+def _duration(where: _Where, key: str, value: Any) -> float:
+    """Seconds, from a number or a text like '90s', '12h', '30d', '2w'."""
+    if isinstance(value, str):
+        m = _DURATION.match(value)
+        if m is None:
+            raise where.error(key, "must be seconds or a duration such as '12h', '30d' or '2w'")
+        return float(m.group(1)) * _UNITS[m.group(2)]
+    return _number(where, key, value, positive=True)
+
+
+def _reconstruction(where: _Where, r: Any, base: Path) -> Reconstruction:
+    r = _table(where, "reconstruction", r)
+    _unknown(where, "reconstruction.", r, _RECON_KEYS)
+    surcharge = _number(where, "reconstruction.surcharge", r.get("surcharge", DEFAULT_SURCHARGE), positive=True)
+    cap = r.get("max_subset_queries", "auto")
+    if cap == "auto":
+        cap = None
+    elif isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
+        raise where.error("reconstruction.max_subset_queries", "must be \"auto\" or a whole number >= 0")
+    lifetime = _duration(where, "reconstruction.cache_lifetime", r.get("cache_lifetime", DEFAULT_CACHE_LIFETIME))
+    audit = r.get("audit_log")
+    audit = _path(where, "reconstruction.audit_log", audit, base) if audit is not None else None
+    return Reconstruction(surcharge, cap, lifetime, audit)
+
+
+def _server(where: _Where, s: Any, base: Path) -> Server:
+    s = _table(where, "server", s)
+    _unknown(where, "server.", s, _SERVER_KEYS)
+    auth = s.get("auth", "scram-sha-256")
+    if auth not in AUTH_METHODS:
+        raise where.error("server.auth", f"must be one of {', '.join(AUTH_METHODS)}")
+    cert, key = s.get("tls_cert"), s.get("tls_key")
+    if (cert is None) != (key is None):
+        raise where.error("server.tls_cert" if cert is None else "server.tls_key",
+                          "give both tls_cert and tls_key, or neither")
+    cert = _path(where, "server.tls_cert", cert, base) if cert is not None else None
+    key = _path(where, "server.tls_key", key, base) if key is not None else None
+    size = s.get("max_message_bytes", 16 * 1024 * 1024)
+    if isinstance(size, bool) or not isinstance(size, int) or not 1024 <= size <= 1 << 30:
+        raise where.error("server.max_message_bytes", "must be a whole number from 1024 to 1073741824")
+    return Server(auth, cert, key, size)
+
+
+def _analysts(where: _Where, a: Any, defaults: Defaults) -> dict[str, Analyst]:
+    out: dict[str, Analyst] = {}
+    for name, entry in _table(where, "analysts", a).items():
+        key = f"analysts.{name}"
+        if not _ANALYST_NAME.match(name):
+            raise where.error(key, "an analyst name has 1-128 letters, digits or . _ @ + -")
+        entry = _table(where, key, entry)
+        _unknown(where, key + ".", entry, _ANALYST_KEYS)
+        password = entry.get("password")
+        if password is not None and (not isinstance(password, str)
+                                     or not re.fullmatch(r"SCRAM-SHA-256\$\d+:[A-Za-z0-9+/=]+\$"
+                                                         r"[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]+", password)):
+            raise where.error(f"{key}.password", "must be a SCRAM-SHA-256 verifier "
+                              "(`dpsql passwd NAME` prints one), never a plain-text password")
+        eps = entry.get("epsilon")
+        if eps is not None:
+            eps = _number(where, f"{key}.epsilon", eps, positive=True, allow_zero=False)
+            if defaults.epsilon > eps:
+                raise where.error(f"{key}.epsilon", "is below defaults.epsilon")
+        delta = entry.get("delta")
+        if delta is not None:
+            delta = _number(where, f"{key}.delta", delta, positive=True)
+            if delta >= 1:
+                raise where.error(f"{key}.delta", "must be below 1")
+        out[name] = Analyst(name, password, eps, delta)
+    return out
 
 
 def _missing(where: _Where, key: str):

@@ -67,6 +67,8 @@ class Result:
     cost: Cost | None = None
     spending: Spending | None = None
     tag: str = ""                         # command tag, e.g. "SELECT 3", "SET"
+    db_types: list[str] = field(default_factory=list)   # per column: SQL type name (DOUBLE for noisy values)
+    cached: bool = False                  # an identical earlier answer, repeated free of charge
 
     @property
     def status(self) -> str:
@@ -74,6 +76,9 @@ class Result:
         if self.cost is None or self.spending is None:
             return self.tag
         s = self.spending
+        if self.cached:
+            return (f"repeated the identical earlier answer; nothing charged; "
+                    f"remaining epsilon {s.epsilon_remaining:g}, delta {s.delta_remaining:g}")
         return (f"epsilon charged {self.cost.epsilon:g}"
                 + (f", delta {self.cost.delta:g}" if self.cost.delta else "")
                 + f"; remaining epsilon {s.epsilon_remaining:g}, delta {s.delta_remaining:g}")
@@ -87,6 +92,7 @@ class Session:
         if not isinstance(analyst, str) or not _ANALYST.match(analyst):
             raise InterfaceError("analyst must be a name of 1-128 letters, digits or . _ @ + -")
         self.engine, self.policy, self.analyst = engine, policy, analyst
+        self.budget = policy.budget_for(analyst)
         self.rng = rng or SecureRng()
         self._own_engine = own_engine
         self._closed = False
@@ -224,7 +230,7 @@ class Session:
         return Result(list(rows.columns), [_type_name(t) for t in rows.types], rows.rows, "public",
                       accuracy=[None] * len(rows.columns),
                       half_widths=[(None,) * len(rows.columns) for _ in rows.rows],
-                      tag=f"SELECT {len(rows.rows)}")
+                      tag=f"SELECT {len(rows.rows)}", db_types=list(rows.types))
 
     def _run_private(self, plan: QueryPlan) -> Result:
         sql = to_sql(plan, self.engine.dialect)
@@ -235,7 +241,7 @@ class Session:
                                                  delta=plan.selection.delta, l0=plan.selection.l0)
         params["bounding"] = {"bounded": plan.bounded, "l0": plan.l0,
                               "max_rows_per_unit": plan.table.max_rows_per_unit if plan.bounded else 1}
-        b = self.policy.budget
+        b = self.budget
         # Charge first: if this raises, nothing has run and nothing is released.
         self.ledger.charge(self.analyst, plan.cost.epsilon, plan.cost.delta, epsilon_total=b.epsilon,
                            delta_total=b.delta, mechanism=plan.mechanism, params=params, query=plan.text)
@@ -243,10 +249,10 @@ class Session:
         rows = self.engine.run(sql, bind)
         table = self._noise(plan, rows.rows, mechs, sel)
         spending = self.ledger.spending(self.analyst, epsilon_total=b.epsilon, delta_total=b.delta)
-        types = [self._key_type(plan, o.expr) if not o.noisy else "number" for o in plan.outputs]
+        db_types = self._db_types(plan)
         accuracy = [self._accuracy(o, mechs) for o in plan.outputs]
-        return Result(table.columns, types, table.rows, "private", accuracy, table.widths,
-                      plan.cost, spending, tag=f"SELECT {len(table.rows)}")
+        return Result(table.columns, [_type_name(t) for t in db_types], table.rows, "private", accuracy,
+                      table.widths, plan.cost, spending, tag=f"SELECT {len(table.rows)}", db_types=db_types)
 
     def _noise(self, plan: QueryPlan, rows: list[tuple], mechs, sel) -> postprocess.Table:
         """Partition selection, then noise on every measure of every released group."""
@@ -279,11 +285,53 @@ class Session:
         outputs = [(o.name, o.expr, o.noisy) for o in plan.outputs]
         return postprocess.finish(released, outputs, plan.having, plan.order, plan.limit, plan.offset)
 
-    def _key_type(self, plan: QueryPlan, expr: tuple) -> str:
-        if expr[0] == "key":
-            col = plan.keys[expr[1]].column
-            return _type_name(self.schema.columns[plan.table.name].get(col, "other"))
-        return "string"
+    def _db_types(self, plan: QueryPlan) -> list[str]:
+        """The SQL type of each output: noisy values are DOUBLE; group keys keep their column's type."""
+        out = []
+        for o in plan.outputs:
+            if o.noisy:
+                out.append("DOUBLE")
+            elif o.expr[0] == "key":
+                out.append(self.schema.columns[plan.table.name].get(plan.keys[o.expr[1]].column, "VARCHAR"))
+            else:
+                out.append("VARCHAR")
+        return out
+
+    # -- for front ends that describe before they execute (the wire protocol's Describe)
+    def describe(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None
+                 ) -> tuple[list[str], list[str]]:
+        """Result column names and SQL types of a statement, without running or charging it.
+
+        Raises what execute would raise for a statement outside the subset. Commands (SET, ...)
+        have no columns, except SHOW."""
+        if self._closed:
+            raise InterfaceError("the session is closed")
+        with self._lock:
+            stmt = classify(sql, params, self.engine.dialect)
+            if stmt.kind in ("empty", "set", "reset"):
+                return [], []
+            if stmt.kind == "show":
+                r = self._show(stmt.name)
+                return r.columns, ["DOUBLE" if t == "number" else "VARCHAR" for t in r.types]
+            planned = self._analyze(stmt)
+            if stmt.kind == "explain":
+                return list(_EXPLAIN_COLUMNS), ["DOUBLE" if t == "number" else "VARCHAR" for t in _EXPLAIN_TYPES]
+            if isinstance(planned, PublicQuery):
+                rows = self.engine.run(f"SELECT * FROM ({planned.sql}) AS q LIMIT 0")
+                return list(rows.columns), list(rows.types)
+            return [o.name for o in planned.outputs], self._db_types(planned)
+
+    def tables(self) -> dict[str, dict[str, str]]:
+        """What an analyst may see of the schema: each protected table (by its policy name) and each
+        public base table, with its columns and their SQL types. No rows, no statistics."""
+        out = {name: dict(cols) for name, cols in self.schema.columns.items()}
+        hidden = {t.source.lower() for t in self.policy.tables.values() if t.source}
+        for name in sorted(self.schema.base_tables - hidden - set(out)):
+            try:
+                out[name] = self.engine.table_columns(name)
+            except KeyError:
+                continue
+        return out
 
     @staticmethod
     def _accuracy(output, mechs) -> Accuracy | None:
@@ -332,11 +380,7 @@ class Session:
             rows.append(("subset_selection", "flagged" if plan.subset.flagged else "none", None, None, None, None,
                          None, None, plan.subset.describe()))
         rows.append(("rewritten_sql", None, None, None, None, None, None, None, sql))
-        cols = ["item", "aggregate", "mechanism", "sensitivity", "epsilon", "delta", "noise_scale",
-                "ci95_half_width", "detail"]
-        types = ["string", "string", "string", "number", "number", "number", "number", "number", "string"]
-        return Result(cols, types, rows, "explain", [None] * len(cols), [(None,) * len(cols) for _ in rows],
-                      tag="EXPLAIN")
+        return _explain_result(rows)
 
     # -- SET / RESET / SHOW
     def _set(self, name: str, value: str) -> Result:
@@ -348,7 +392,7 @@ class Session:
             eps = _float_setting(name, value)
             if not eps > 0:
                 raise InvalidSetting("dpsql.epsilon must be positive")
-            total = self.policy.budget.epsilon
+            total = self.budget.epsilon
             if eps > total:
                 raise InvalidSetting(f"dpsql.epsilon {eps:g} exceeds the lifetime budget {total:g}")
             left = self.spending().epsilon_remaining
@@ -359,8 +403,8 @@ class Session:
             delta = _float_setting(name, value)
             if not 0 <= delta < 1:
                 raise InvalidSetting("dpsql.delta must be in [0, 1)")
-            if delta > self.policy.budget.delta:
-                raise InvalidSetting(f"dpsql.delta {delta:g} exceeds the lifetime budget {self.policy.budget.delta:g}")
+            if delta > self.budget.delta:
+                raise InvalidSetting(f"dpsql.delta {delta:g} exceeds the lifetime budget {self.budget.delta:g}")
             if delta == 0 and self.mechanism != "laplace":
                 raise InvalidSetting("the Gaussian mechanism needs dpsql.delta > 0")
             self.delta = delta
@@ -397,7 +441,7 @@ class Session:
         self.engine.interrupt()
 
     def spending(self) -> Spending:
-        b = self.policy.budget
+        b = self.budget
         return self.ledger.spending(self.analyst, epsilon_total=b.epsilon, delta_total=b.delta)
 
     def _show(self, name: str) -> Result:
@@ -405,7 +449,8 @@ class Session:
             s = self.spending()
             cols = ["analyst", "epsilon_spent", "epsilon_remaining", "delta_spent", "delta_remaining"]
             row = (self.analyst, s.epsilon_spent, s.epsilon_remaining, s.delta_spent, s.delta_remaining)
-            return Result(cols, ["string"] + ["number"] * 4, [row], "show", [None] * 5, [(None,) * 5], tag="SHOW")
+            return Result(cols, ["string"] + ["number"] * 4, [row], "show", [None] * 5, [(None,) * 5], tag="SHOW",
+                          db_types=["VARCHAR"] + ["DOUBLE"] * 4)
         values = {"dpsql.epsilon": self.epsilon, "dpsql.delta": self.delta, "dpsql.mechanism": self.mechanism,
                   "dpsql.analyst": self.analyst}
         if name not in values:
@@ -414,17 +459,25 @@ class Session:
         v = values[name]
         col = name.split(".", 1)[1]
         return Result([col], ["number" if isinstance(v, float) else "string"], [(v,)], "show", [None], [(None,)],
-                      tag="SHOW")
+                      tag="SHOW", db_types=["DOUBLE" if isinstance(v, float) else "VARCHAR"])
+
+
+_EXPLAIN_COLUMNS = ("item", "aggregate", "mechanism", "sensitivity", "epsilon", "delta", "noise_scale",
+                    "ci95_half_width", "detail")
+_EXPLAIN_TYPES = ("string", "string", "string", "number", "number", "number", "number", "number", "string")
+
+
+def _explain_result(rows: list[tuple]) -> Result:
+    n = len(_EXPLAIN_COLUMNS)
+    return Result(list(_EXPLAIN_COLUMNS), list(_EXPLAIN_TYPES), rows, "explain", [None] * n,
+                  [(None,) * n for _ in rows], tag="EXPLAIN",
+                  db_types=["DOUBLE" if t == "number" else "VARCHAR" for t in _EXPLAIN_TYPES])
 
 
 def _explain_public(q: PublicQuery) -> Result:
     rows = [("public", None, None, None, 0.0, 0.0, None, None, "reads no protected table: passed through, "
              "charges nothing"), ("rewritten_sql", None, None, None, None, None, None, None, q.sql)]
-    cols = ["item", "aggregate", "mechanism", "sensitivity", "epsilon", "delta", "noise_scale",
-            "ci95_half_width", "detail"]
-    types = ["string", "string", "string", "number", "number", "number", "number", "number", "string"]
-    return Result(cols, types, rows, "explain", [None] * len(cols), [(None,) * len(cols) for _ in rows],
-                  tag="EXPLAIN")
+    return _explain_result(rows)
 
 
 def _key_order(key: tuple) -> tuple:
@@ -506,9 +559,9 @@ def spending_report(policy: Any) -> list[AnalystSpending]:
     path = _ledger_path(pol)
     if not Path(path).exists():
         return []
-    b = pol.budget
     with Ledger(path) as ledger:
-        return [AnalystSpending(ledger.spending(a, epsilon_total=b.epsilon, delta_total=b.delta),
+        return [AnalystSpending(ledger.spending(a, epsilon_total=pol.budget_for(a).epsilon,
+                                                delta_total=pol.budget_for(a).delta),
                                 len(ledger.charges(a)))
                 for a in ledger.analysts()]
 
