@@ -88,7 +88,7 @@ class Session:
     """One analyst's connection: the pipeline and its settings."""
 
     def __init__(self, engine: Engine, policy: Policy, analyst: str, *, rng=None,
-                 ledger: Ledger | None = None, own_engine: bool = True):
+                 ledger: Ledger | None = None, own_engine: bool = True, schema: Schema | None = None):
         if not isinstance(analyst, str) or not _ANALYST.match(analyst):
             raise InterfaceError("analyst must be a name of 1-128 letters, digits or . _ @ + -")
         self.engine, self.policy, self.analyst = engine, policy, analyst
@@ -97,7 +97,7 @@ class Session:
         self._own_engine = own_engine
         self._closed = False
         self._lock = threading.RLock()
-        self.schema = self._read_schema()
+        self.schema = schema if schema is not None else self._read_schema()
         if ledger is None:
             ledger = Ledger(_ledger_path(policy))
         self.ledger = ledger
@@ -520,6 +520,62 @@ def _ledger_path(policy: Policy) -> Path:
         raise PolicyError("policy <dict>: budget.ledger: missing: a policy given as a dict must name its ledger file")
     p = Path(policy.source)
     return p.with_name(p.stem + ".ledger.sqlite")
+
+
+class Backend:
+    """One database and one policy shared by many sessions (the proxy: one Session per client).
+
+    The engine is opened and the schema read once; each session gets its own engine connection
+    (``engine.clone()``, so one client's cancel or slow query does not touch another's) and its own
+    ledger connection (the ledger file serialises charges across all of them).
+    """
+
+    def __init__(self, target: Any, policy: Any, **engine_options: Any):
+        if target is None:
+            db, demo_policy, _ = Session.demo()
+            target, policy = str(db), policy or str(demo_policy)
+        if policy is None:
+            raise InterfaceError("a policy is needed: a TOML file path or a dict")
+        self.policy = load_policy(policy)
+        self.target = target
+        self.engine = open_engine(target, **engine_options)
+        self._lock = threading.Lock()
+        try:
+            probe = Session(self.engine, self.policy, "dpsql", own_engine=False,
+                            ledger=_NoLedger())
+            self.schema = probe.schema
+        except BaseException:
+            self.engine.close()
+            raise
+
+    def session(self, analyst: str, *, rng=None) -> Session:
+        """A new Session for an analyst, on its own engine connection."""
+        clone = getattr(self.engine, "clone", None)
+        with self._lock:
+            engine = clone() if clone is not None else self.engine
+        try:
+            return Session(engine, self.policy, analyst, rng=rng, own_engine=clone is not None,
+                           schema=self.schema)
+        except BaseException:
+            if clone is not None:
+                engine.close()
+            raise
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def __enter__(self) -> "Backend":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class _NoLedger:
+    """Stands in for the ledger while Backend reads the schema (that probe never charges)."""
+
+    def close(self) -> None:
+        pass
 
 
 # -- admin tools: budget report, policy check, data directory ----------------------------------------

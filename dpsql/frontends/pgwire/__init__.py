@@ -1,0 +1,1 @@
+"""The PostgreSQL wire protocol (v3) front end: `dpsql serve`."""
