@@ -1,4 +1,11 @@
-"""Shared fixtures: a small DuckDB database with people/visits and a policy for it."""
+"""Shared fixtures: a small DuckDB database with people/visits and a policy for it, and the
+same data in PostgreSQL (one database per test session, dropped at the end).
+
+Engine-parametrized tests take `target` (a DuckDB path or a PostgreSQL URL holding the same
+tables) or `conn` (a dpsql connection on it). PostgreSQL: the server at $DPSQL_TEST_POSTGRES
+(default postgresql://postgres@127.0.0.1:5432/test); when it is unreachable its tests skip,
+or fail when CI=true.
+"""
 from __future__ import annotations
 
 import contextlib
@@ -12,7 +19,8 @@ import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
-ENGINES = ["duckdb"]   # later: "postgres", "spark"
+ENGINES = ["duckdb", "postgres"]   # later: "spark"
+POSTGRES_DSN = os.environ.get("DPSQL_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 def pytest_addoption(parser):
@@ -58,10 +66,113 @@ def policy(tmp_path) -> dict:
     return policy_for(tmp_path)
 
 
+@pytest.fixture(scope="session")
+def postgres_server() -> str:
+    """The test server's URL; skip when it is unreachable (fail when CI=true)."""
+    import psycopg
+    try:
+        psycopg.connect(POSTGRES_DSN, connect_timeout=5).close()
+    except psycopg.Error as err:
+        why = f"PostgreSQL test server unreachable at $DPSQL_TEST_POSTGRES ({_safe_dsn(POSTGRES_DSN)}): {err}"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    return POSTGRES_DSN
+
+
+def _with_dbname(url: str, name: str) -> str:
+    """The same postgresql:// URL with another database."""
+    from urllib.parse import urlsplit, urlunsplit
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ValueError("$DPSQL_TEST_POSTGRES must be a postgresql:// URL")
+    return urlunsplit(parts._replace(path="/" + name))
+
+
+def _safe_dsn(dsn: str) -> str:
+    import psycopg
+    p = psycopg.conninfo.conninfo_to_dict(dsn)
+    p.pop("password", None)
+    return psycopg.conninfo.make_conninfo(**p)
+
+
+@contextlib.contextmanager
+def postgres_database(server: str, name: str):
+    """A fresh database on the server, dropped (connections and all) afterwards; yields its URL."""
+    import psycopg
+    from psycopg import sql
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield _with_dbname(server, name)
+    finally:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+_PG_TYPES = {"DOUBLE": "double precision", "FLOAT": "real", "HUGEINT": "numeric", "UBIGINT": "numeric",
+             "UINTEGER": "bigint", "USMALLINT": "integer", "UTINYINT": "smallint", "TINYINT": "smallint",
+             "VARCHAR": "text", "BLOB": "bytea"}
+
+
+def copy_to_postgres(duckdb_path: str, dsn: str, *, schema: str = "public") -> None:
+    """Copy a DuckDB database's base tables (types, NOT NULL, single-column PRIMARY KEY and
+    UNIQUE) and views into a PostgreSQL schema, rows by COPY."""
+    import psycopg
+    from psycopg import sql
+    src = duckdb.connect(duckdb_path, read_only=True)
+    try:
+        tables = [r[0] for r in src.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' "
+                                            "ORDER BY table_name").fetchall()]
+        with psycopg.connect(dsn) as pg:
+            pg.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+            pg.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(schema)))
+            for t in tables:
+                cols = src.execute("SELECT column_name, data_type, is_nullable FROM duckdb_columns() "
+                                   "WHERE table_name = ? AND schema_name = 'main' ORDER BY column_index",
+                                   [t]).fetchall()
+                keys = src.execute("SELECT constraint_type, constraint_column_names FROM duckdb_constraints() "
+                                   "WHERE table_name = ? AND constraint_type IN ('PRIMARY KEY', 'UNIQUE')",
+                                   [t]).fetchall()
+                defs = [sql.SQL("{} {}{}").format(sql.Identifier(c), sql.SQL(_PG_TYPES.get(ty, ty)),
+                                                  sql.SQL("" if nullable else " NOT NULL"))
+                        for c, ty, nullable in cols]
+                defs += [sql.SQL("{} ({})").format(sql.SQL(kind), sql.SQL(", ").join(map(sql.Identifier, names)))
+                         for kind, names in keys]
+                pg.execute(sql.SQL("CREATE TABLE {} ({})").format(sql.Identifier(t), sql.SQL(", ").join(defs)))
+                names = sql.SQL(", ").join(sql.Identifier(c) for c, _, _ in cols)
+                with pg.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN").format(sql.Identifier(t), names)) as cp:
+                    for row in src.execute(f'SELECT * FROM "{t}"').fetchall():
+                        cp.write_row(row)
+                pg.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(t)))
+            for (view_sql,) in src.execute("SELECT sql FROM duckdb_views() WHERE NOT internal "
+                                           "AND schema_name = 'main'").fetchall():
+                pg.execute(view_sql.rstrip().rstrip(";"))
+    finally:
+        src.close()
+
+
+@pytest.fixture(scope="session")
+def people_pg(postgres_server, people_db) -> str:
+    """The people_db tables in a PostgreSQL database of their own (one per test session)."""
+    with postgres_database(postgres_server, f"dpsql_test_{os.getpid()}") as dsn:
+        copy_to_postgres(people_db, dsn)
+        yield dsn
+
+
 @pytest.fixture(params=ENGINES)
-def conn(request, people_db, policy):
+def target(request, people_db) -> str:
+    """people_db on each engine: a DuckDB path, or a PostgreSQL URL with the same tables."""
+    if request.param == "postgres":
+        return request.getfixturevalue("people_pg")
+    return people_db
+
+
+@pytest.fixture
+def conn(target, policy):
     import dpsql
-    c = dpsql.connect(people_db, policy=policy, analyst="alice")
+    c = dpsql.connect(target, policy=policy, analyst="alice")
     yield c
     c.close()
 

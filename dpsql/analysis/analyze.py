@@ -395,7 +395,7 @@ class _Analysis:
                 self._compatible(ct, self._literal_type(item, "IN"), node)
             return exp.In(this=self._operand_sql(node.this), expressions=[self._literal_sql(i, ct) for i in items])
         if isinstance(node, exp.Is):
-            _only_args(node, {"this", "expression"})
+            _only_args(node, {"this", "expression", "negate"})   # negate: PostgreSQL's IS NOT
             ct = self._column_operand(node.this, "IS")
             if isinstance(node.expression, exp.Boolean):
                 if family(ct) != "bool":
@@ -403,7 +403,8 @@ class _Analysis:
                                         "converting each row to a boolean could fail on some rows")
             elif not isinstance(node.expression, exp.Null):
                 raise QueryRejected("IS with a non-NULL operand", "use IS [NOT] NULL, IS TRUE or IS FALSE")
-            return exp.Is(this=self._operand_sql(node.this), expression=node.expression.copy())
+            test = exp.Is(this=self._operand_sql(node.this), expression=node.expression.copy())
+            return exp.Not(this=test) if node.args.get("negate") else test
         if isinstance(node, (exp.Like, exp.ILike)):
             ct = self._column_operand(node.this, "LIKE")
             if family(ct) != "text":
@@ -597,7 +598,7 @@ class _Analysis:
             if isinstance(node, exp.Not):
                 return ("not", self._post(node.this, where))
             if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
-                return ("isnull", self._post(node.this, where), False)
+                return ("isnull", self._post(node.this, where), bool(node.args.get("negate")))
             if isinstance(node, exp.Between):
                 v = self._post(node.this, where)
                 return ("and", ("cmp", ">=", v, self._post(node.args["low"], where)),

@@ -42,25 +42,36 @@ class Engine(Protocol):
     def interrupt(self) -> None:
         """Cancel the running query, if any (from another thread)."""
 
+    def clone(self) -> "Engine":
+        """A new engine on the same database with its own connection and the same locked-down
+        settings: clones run queries concurrently, and interrupt() on one cancels only its
+        own query. The clone is closed on its own (closing it never closes the original)."""
+
     def close(self) -> None: ...
 
 
 def open_engine(target: Any, **options: Any) -> Engine:
-    """An engine for a target: a DuckDB path, ':memory:', 'duckdb:///path', or a
-    duckdb connection object. Later: postgresql://..., spark://...
+    """An engine for a target:
 
-    Engine modules are imported lazily, by scheme.
+    - DuckDB: a file path, ':memory:', 'duckdb:///path', or a duckdb connection object;
+    - PostgreSQL: 'postgresql://user@host:port/db' (or 'postgres://...'; any libpq
+      URL or conninfo parameters), or a psycopg 3 Connection (used as it is, not closed);
+    - later: spark://...
+
+    Engine modules are imported lazily, by scheme. `options` go to the engine class
+    (DuckDB: threads, memory_limit; PostgreSQL: schema, statement_timeout, connect_timeout).
     """
     from dpsql.errors import InterfaceError
     if isinstance(target, str):
         scheme = target.split("://", 1)[0].lower() if "://" in target else ""
         if scheme in ("postgresql", "postgres"):
-            raise InterfaceError("the PostgreSQL backend is not available in this version")
+            from dpsql.engines.postgres import PostgresEngine
+            return PostgresEngine(target, **options)
         if scheme == "spark":
             raise InterfaceError("the Spark backend is not available in this version")
         if scheme not in ("", "duckdb"):
             raise InterfaceError(f"unknown target scheme {scheme!r}: use a DuckDB file path, "
-                                 "':memory:' or duckdb:///path")
+                                 "':memory:', duckdb:///path or postgresql://...")
         path = target
         if scheme == "duckdb":   # SQLAlchemy style: duckdb:///rel.db, duckdb:////abs.db, duckdb:///:memory:
             path = target.split("://", 1)[1]
@@ -70,4 +81,7 @@ def open_engine(target: Any, **options: Any) -> Engine:
     if type(target).__name__ == "DuckDBPyConnection":
         from dpsql.engines.duckdb import DuckDBEngine
         return DuckDBEngine(target, **options)
+    if type(target).__module__.startswith("psycopg") and type(target).__name__ == "Connection":
+        from dpsql.engines.postgres import PostgresEngine
+        return PostgresEngine(target, **options)
     raise InterfaceError(f"unsupported target of type {type(target).__name__}")

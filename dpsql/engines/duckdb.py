@@ -69,6 +69,16 @@ class DuckDBEngine:
     def interrupt(self) -> None:
         self._con.interrupt()
 
+    def clone(self) -> "DuckDBEngine":
+        """A new engine with its own connection to the same database (DuckDB's cursor():
+        same database instance, same locked configuration). Closing it leaves this one open."""
+        with self._lock:
+            con = self._con.cursor()
+        other = DuckDBEngine(con)
+        other._owned = True
+        other.name = self.name
+        return other
+
     # -- catalog
     def _catalog(self, sql: str, params: list[Any]) -> list[tuple]:
         with self._lock:

@@ -36,8 +36,9 @@ def _salted_hash(unit: exp.Expression, keys: list[exp.Expression], dialect: str)
     if dialect == "duckdb":
         return exp.Anonymous(this="hash", expressions=[unit, *keys, salt])
     if dialect == "postgres":
-        parts = [exp.Cast(this=e, to=exp.DataType.build("TEXT")) for e in [unit, *keys]]
-        text = exp.Anonymous(this="concat_ws", expressions=[exp.Literal.string("\x1f"), *parts])
+        # The row's text form, e.g. (17,CA,): one text per (unit, keys), NULL keys
+        # distinct from '' (concat_ws would skip NULLs and join ('a', NULL) with (NULL, 'a')).
+        text = exp.Cast(this=exp.Anonymous(this="ROW", expressions=[unit, *keys]), to=exp.DataType.build("TEXT"))
         return exp.Anonymous(this="hashtextextended", expressions=[text, salt])
     if dialect == "spark":
         return exp.Anonymous(this="xxhash64", expressions=[unit, *keys, salt])

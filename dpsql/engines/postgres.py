@@ -1,0 +1,282 @@
+"""PostgreSQL through psycopg 3.
+
+Every query runs in its own READ ONLY transaction that is always rolled back, so no
+statement can write, and no setting a query might change (set_config) outlives it.
+A connection dpsql opens itself is also read-only by session default, has a fixed
+search_path (the engine's schema, then pg_temp, so a temporary table never shadows a
+real one) and an optional statement_timeout. A psycopg connection passed in by its
+owner is used as it is (not closed); it must be idle, and each query still runs in a
+READ ONLY transaction that is rolled back.
+
+The bounding salt reaches the engine as a named parameter (`%(salt)s` in the SQL
+text sqlglot generates for PostgreSQL); every other `%` (LIKE patterns, modulo) is
+escaped before psycopg sees the text, and a placeholder inside a string literal,
+quoted identifier or comment stays text.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from typing import Any, Mapping
+
+import psycopg
+from psycopg import sql as pgsql
+from psycopg.pq import TransactionStatus
+
+from dpsql.engines.base import Rows
+from dpsql.errors import EngineError, InterfaceError
+
+log = logging.getLogger("dpsql.engine")
+
+_GENERIC = "the engine could not run the query (details are in the server log)"
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+
+
+class PostgresEngine:
+    dialect = "postgres"
+
+    def __init__(self, target: str | psycopg.Connection, *, schema: str = "public",
+                 statement_timeout: float | None = None, connect_timeout: float = 10):
+        """target: a postgresql:// URL or key=value conninfo, or an open psycopg Connection
+        (used as it is, not owned). statement_timeout: seconds per query (None: the server's)."""
+        self._lock = threading.Lock()
+        self._schema = schema.lower()
+        self._timeout_ms = None if statement_timeout is None else max(1, int(statement_timeout * 1000))
+        self._options = {"schema": schema, "statement_timeout": statement_timeout, "connect_timeout": connect_timeout}
+        self._cancelling = False
+        self._autocommit = True
+        if isinstance(target, str):
+            self._conninfo = target
+            self._con = self._connect(target, connect_timeout)
+            self._owned = True
+            self.name = _describe(target)
+        elif isinstance(target, psycopg.Connection):
+            self._con = target
+            self._owned = False
+            info = target.info
+            self._conninfo = psycopg.conninfo.make_conninfo(info.dsn, password=info.password) \
+                if info.password else info.dsn
+            self.name = "<connection>"
+        else:
+            raise InterfaceError(f"unsupported PostgreSQL target of type {type(target).__name__}")
+
+    def _connect(self, conninfo: str, connect_timeout: float) -> psycopg.Connection:
+        try:
+            params = psycopg.conninfo.conninfo_to_dict(conninfo)
+        except psycopg.Error:
+            raise InterfaceError("not a valid PostgreSQL connection string") from None
+        extra = {} if "connect_timeout" in params else {"connect_timeout": max(1, int(connect_timeout))}
+        try:
+            con = psycopg.connect(conninfo, autocommit=True, **extra)
+        except psycopg.Error as err:
+            log.warning("postgres connect failed: %s", err)
+            raise InterfaceError(f"cannot connect to PostgreSQL at {_describe(conninfo)}") from None
+        try:
+            con.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+            con.execute(pgsql.SQL("SET search_path = {}, pg_temp").format(pgsql.Identifier(self._schema)))
+            if self._timeout_ms is not None:
+                con.execute("SELECT set_config('statement_timeout', %s, false)", [f"{self._timeout_ms}ms"])
+        except psycopg.Error as err:
+            con.close()
+            log.warning("postgres session setup failed: %s", err)
+            raise InterfaceError(f"cannot set up a read-only session on {_describe(conninfo)}") from None
+        return con
+
+    def clone(self) -> "PostgresEngine":
+        """A new engine on the same database with its own connection (owned by the clone),
+        so queries run concurrently and interrupt() cancels only the clone's query."""
+        return PostgresEngine(self._conninfo, **self._options)
+
+    # -- queries
+    def run(self, sql: str, params: Mapping[str, object] | None = None) -> Rows:
+        text = _bind(sql, params) if params else sql
+        with self._lock:
+            self._cancelling = False
+            try:
+                cur = self._execute(text, dict(params) if params else None)
+                desc = cur.description or []
+                rows = cur.fetchall() if cur.description else []
+            except psycopg.errors.QueryCanceled:
+                if self._cancelling:
+                    raise EngineError("the query was cancelled") from None
+                raise EngineError("the query ran longer than the engine's statement timeout") from None
+            except psycopg.Error as err:
+                log.warning("postgres failed: %s", err)
+                raise EngineError(_GENERIC) from None
+            finally:
+                self._end()
+        types = tuple(self._type_name(d.type_code) for d in desc)
+        return Rows(tuple(d.name for d in desc), types, rows)
+
+    def _execute(self, text: str, params: dict | None) -> psycopg.Cursor:
+        """BEGIN READ ONLY; [SET LOCAL statement_timeout;] the query. The caller rolls back."""
+        con = self._con
+        if con.info.transaction_status != TransactionStatus.IDLE:
+            raise EngineError("the PostgreSQL connection is busy or inside a transaction")
+        self._autocommit = con.autocommit
+        con.autocommit = True       # so that psycopg opens no transaction of its own
+        con.execute("BEGIN TRANSACTION READ ONLY")
+        if self._timeout_ms is not None and not self._owned:
+            con.execute("SELECT set_config('statement_timeout', %s, true)", [f"{self._timeout_ms}ms"])
+        return con.execute(text, params, prepare=False)
+
+    def _end(self) -> None:
+        con = self._con
+        try:
+            if con.info.transaction_status != TransactionStatus.IDLE and not con.closed:
+                con.execute("ROLLBACK")
+        except psycopg.Error as err:
+            log.warning("postgres rollback failed: %s", err)
+        finally:
+            if not con.closed:
+                try:
+                    con.autocommit = self._autocommit
+                except psycopg.Error:
+                    pass
+
+    def interrupt(self) -> None:
+        """Cancel the running query (from another thread); nothing happens if none runs."""
+        self._cancelling = True
+        try:
+            cancel = getattr(self._con, "cancel_safe", None) or self._con.cancel
+            cancel()
+        except psycopg.Error as err:
+            log.warning("postgres cancel failed: %s", err)
+
+    def _type_name(self, oid: int) -> str:
+        """The type's PostgreSQL name (int8, numeric, float8, text, date, ...) for
+        analysis.family(); "array" for arrays (the registry maps an array oid to its element)."""
+        info = self._con.adapters.types.get(oid)
+        if info is None:
+            return "other"
+        return "array" if info.oid != oid else info.name
+
+    # -- catalog
+    def _catalog(self, sql: str, params: list[Any]) -> list[tuple]:
+        with self._lock:
+            try:
+                return self._execute(sql, params).fetchall()   # type: ignore[arg-type]
+            except psycopg.Error as err:
+                log.warning("postgres catalog query failed: %s", err)
+                raise EngineError(_GENERIC) from None
+            finally:
+                self._end()
+
+    def _split(self, table: str) -> tuple[str, str]:
+        parts = table.lower().split(".")
+        return (parts[-2], parts[-1]) if len(parts) > 1 else (self._schema, parts[-1])
+
+    def table_columns(self, table: str) -> dict[str, str]:
+        schema, name = self._split(table)
+        rows = self._catalog(
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+            "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relname = %s AND n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f') "
+            "AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum", [name, schema])
+        if not rows:
+            raise KeyError(table)
+        return {c.lower(): t for c, t in rows}
+
+    def unique_columns(self, table: str) -> set[str]:
+        """Single-column PRIMARY KEY/UNIQUE constraints. None on a table with inheritance
+        children (a plain parent's constraint does not cover its children's rows; a
+        partitioned table's does, since it must include the partition key)."""
+        schema, name = self._split(table)
+        rows = self._catalog(
+            "SELECT a.attname FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.conkey[1] "
+            "WHERE c.relname = %s AND n.nspname = %s AND k.contype IN ('p', 'u') "
+            "AND cardinality(k.conkey) = 1 AND (c.relkind = 'p' OR NOT EXISTS "
+            "(SELECT 1 FROM pg_inherits i WHERE i.inhparent = c.oid))", [name, schema])
+        return {r[0].lower() for r in rows}
+
+    def not_null_columns(self, table: str) -> set[str]:
+        schema, name = self._split(table)
+        rows = self._catalog(
+            "SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relname = %s AND n.nspname = %s "
+            "AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped AND a.attnotnull",
+            [name, schema])
+        return {r[0].lower() for r in rows}
+
+    def base_tables(self) -> set[str]:
+        """Ordinary and partitioned tables of the engine's schema (never the catalogs or temp tables)."""
+        return self._relations("('r', 'p')")
+
+    def views(self) -> set[str]:
+        """Views, materialized views and foreign tables of the engine's schema: each may
+        read data the policy does not describe."""
+        return self._relations("('v', 'm', 'f')")
+
+    def _relations(self, kinds: str) -> set[str]:
+        rows = self._catalog(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            f"WHERE c.relkind IN {kinds} AND n.nspname = %s AND NOT c.relispartition", [self._schema])
+        return {r[0].lower() for r in rows}
+
+    def close(self) -> None:
+        if self._owned and not self._con.closed:
+            self._con.close()
+
+
+def _bind(sql: str, params: Mapping[str, object]) -> str:
+    """The SQL text for psycopg: `%(name)s` outside quotes and comments stays a
+    placeholder when `name` is a parameter; every other `%` becomes `%%`."""
+    out: list[str] = []
+    i, n = 0, len(sql)
+    while i < n:
+        ch = sql[i]
+        if ch == "'" or ch == '"':
+            backslash = ch == "'" and i > 0 and sql[i - 1] in "eE" and (i < 2 or not (sql[i - 2].isalnum() or sql[i - 2] == "_"))
+            j = i + 1
+            while j < n:
+                if backslash and sql[j] == "\\":
+                    j += 2
+                    continue
+                if sql[j] == ch:
+                    if j + 1 < n and sql[j + 1] == ch:
+                        j += 2
+                        continue
+                    break
+                j += 1
+            out.append(sql[i:j + 1].replace("%", "%%"))
+            i = j + 1
+        elif sql.startswith("--", i):
+            j = sql.find("\n", i)
+            j = n if j < 0 else j
+            out.append(sql[i:j].replace("%", "%%"))
+            i = j
+        elif sql.startswith("/*", i):
+            j = sql.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append(sql[i:j].replace("%", "%%"))
+            i = j
+        elif ch == "$" and (m := re.match(r"\$([A-Za-z_]\w*)?\$", sql[i:])) and not (i > 0 and (sql[i - 1].isalnum() or sql[i - 1] == "_")):
+            tag = m.group(0)
+            j = sql.find(tag, i + len(tag))
+            j = n if j < 0 else j + len(tag)
+            out.append(sql[i:j].replace("%", "%%"))
+            i = j
+        elif ch == "%":
+            m = _PLACEHOLDER.match(sql, i)
+            if m and m.group(1) in params:
+                out.append(m.group(0))
+                i = m.end()
+            else:
+                out.append("%%")
+                i += 1
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def _describe(conninfo: str) -> str:
+    """host:port/dbname, never the password."""
+    try:
+        p = psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        return "<invalid connection string>"
+    return f"{p.get('host', 'localhost')}:{p.get('port', 5432)}/{p.get('dbname', p.get('user', ''))}"
