@@ -8,6 +8,12 @@ real one) and an optional statement_timeout. A psycopg connection passed in by i
 owner is used as it is (not closed); it must be idle, and each query still runs in a
 READ ONLY transaction that is rolled back.
 
+Each call runs exactly one SELECT (a binary cursor always uses the extended protocol,
+which refuses several statements in one string). Connect as a role that may only
+SELECT the tables the policy describes: READ ONLY does not stop a superuser's
+server-side functions (the analysis lets no such function through, but the role is
+the boundary that does not depend on it).
+
 The bounding salt reaches the engine as a named parameter (`%(salt)s` in the SQL
 text sqlglot generates for PostgreSQL); every other `%` (LIKE patterns, modulo) is
 escaped before psycopg sees the text, and a placeholder inside a string literal,
@@ -31,6 +37,7 @@ log = logging.getLogger("dpsql.engine")
 
 _GENERIC = "the engine could not run the query (details are in the server log)"
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+_SELECT = re.compile(r"\s*(\(|SELECT\b|WITH\b|VALUES\b|TABLE\b|SHOW\b)", re.I)
 
 
 class PostgresEngine:
@@ -77,10 +84,14 @@ class PostgresEngine:
             con.execute(pgsql.SQL("SET search_path = {}, pg_temp").format(pgsql.Identifier(self._schema)))
             if self._timeout_ms is not None:
                 con.execute("SELECT set_config('statement_timeout', %s, false)", [f"{self._timeout_ms}ms"])
+            superuser = con.execute("SELECT current_setting('is_superuser')").fetchone()[0] == "on"
         except psycopg.Error as err:
             con.close()
             log.warning("postgres session setup failed: %s", err)
             raise InterfaceError(f"cannot set up a read-only session on {_describe(conninfo)}") from None
+        if superuser:
+            log.warning("dpsql connects to PostgreSQL as a superuser: use a role that may only SELECT the "
+                        "tables the policy describes")
         return con
 
     def clone(self) -> "PostgresEngine":
@@ -109,17 +120,29 @@ class PostgresEngine:
         types = tuple(self._type_name(d.type_code) for d in desc)
         return Rows(tuple(d.name for d in desc), types, rows)
 
-    def _execute(self, text: str, params: dict | None) -> psycopg.Cursor:
-        """BEGIN READ ONLY; [SET LOCAL statement_timeout;] the query. The caller rolls back."""
+    def _execute(self, text: str, params: dict | list | None) -> psycopg.Cursor:
+        """BEGIN READ ONLY; the transaction's own search_path (and timeout); the query.
+
+        The caller rolls back. The set_config SELECT takes the transaction's snapshot, so
+        nothing after it can switch the transaction to READ WRITE. A binary cursor always
+        uses the extended protocol, which runs exactly one statement: no `; COMMIT; ...`.
+        """
+        if not _SELECT.match(text):
+            raise EngineError("the engine runs SELECT queries only")
         con = self._con
         if con.info.transaction_status != TransactionStatus.IDLE:
             raise EngineError("the PostgreSQL connection is busy or inside a transaction")
         self._autocommit = con.autocommit
         con.autocommit = True       # so that psycopg opens no transaction of its own
         con.execute("BEGIN TRANSACTION READ ONLY")
-        if self._timeout_ms is not None and not self._owned:
-            con.execute("SELECT set_config('statement_timeout', %s, true)", [f"{self._timeout_ms}ms"])
-        return con.execute(text, params, prepare=False)
+        path = pgsql.Identifier(self._schema).as_string(con) + ", pg_temp"
+        timeout = "" if self._timeout_ms is None else f"{self._timeout_ms}ms"
+        con.execute("SELECT set_config('search_path', %s, true), "
+                    "CASE WHEN %s <> '' THEN set_config('statement_timeout', %s, true) END",
+                    [path, timeout, timeout])
+        cur = con.cursor(binary=True)
+        cur.execute(text, params, prepare=False)
+        return cur
 
     def _end(self) -> None:
         con = self._con

@@ -1,0 +1,197 @@
+"""The PostgreSQL engine: parameters, lockdown, errors, cancel, catalog."""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import psycopg
+import pytest
+
+import dpsql
+from dpsql.engines.base import open_engine
+from dpsql.engines.postgres import PostgresEngine, _bind
+from dpsql.errors import EngineError, InterfaceError
+
+
+# -- parameters: no database needed
+
+@pytest.mark.parametrize("sql, want", [
+    ("SELECT %(salt)s", "SELECT %(salt)s"),
+    ("SELECT 7 % 2, %(salt)s", "SELECT 7 %% 2, %(salt)s"),
+    ("WHERE k LIKE '%a%' ORDER BY h(%(salt)s)", "WHERE k LIKE '%%a%%' ORDER BY h(%(salt)s)"),
+    ("SELECT '%(salt)s', %(salt)s", "SELECT '%%(salt)s', %(salt)s"),             # text stays text
+    ("SELECT 'it''s %(salt)s' || %(salt)s", "SELECT 'it''s %%(salt)s' || %(salt)s"),
+    ("SELECT E'\\'%(salt)s', %(salt)s", "SELECT E'\\'%%(salt)s', %(salt)s"),
+    ('SELECT "%(salt)s", %(salt)s', 'SELECT "%%(salt)s", %(salt)s'),
+    ("SELECT $q$ %(salt)s $q$, %(salt)s", "SELECT $q$ %%(salt)s $q$, %(salt)s"),
+    ("SELECT 1 -- %(salt)s\n, %(salt)s /* %(salt)s */", "SELECT 1 -- %%(salt)s\n, %(salt)s /* %%(salt)s */"),
+    ("SELECT %(other)s, %s", "SELECT %%(other)s, %%s"),                             # not a parameter
+])
+def test_bind_escapes_every_percent_but_the_parameters(sql, want):
+    assert _bind(sql, {"salt": 1}) == want
+
+
+# -- on the server
+
+@pytest.fixture(scope="module")
+def pg(people_pg) -> str:
+    """people_pg plus a schema `eng` with catalog edge cases (dropped afterwards)."""
+    with psycopg.connect(people_pg, autocommit=True) as admin:
+        admin.execute("DROP SCHEMA IF EXISTS eng CASCADE")
+        admin.execute("CREATE SCHEMA eng")
+        admin.execute("CREATE TABLE eng.parent (id bigint PRIMARY KEY, v int)")
+        admin.execute("CREATE TABLE eng.child () INHERITS (eng.parent)")
+        admin.execute("CREATE TABLE eng.uq (a int UNIQUE, b int NOT NULL, c int, d int, UNIQUE (c, d))")
+        admin.execute("CREATE TABLE eng.part (id bigint PRIMARY KEY, v int) PARTITION BY RANGE (id)")
+        admin.execute("CREATE TABLE eng.part_1 PARTITION OF eng.part FOR VALUES FROM (0) TO (100)")
+        admin.execute("CREATE MATERIALIZED VIEW eng.mv AS SELECT 1 AS x")
+        admin.execute("CREATE VIEW eng.v AS SELECT * FROM eng.uq")
+        admin.execute('CREATE TABLE eng."Mixed" (x int)')
+    yield people_pg
+    with psycopg.connect(people_pg, autocommit=True) as admin:
+        admin.execute("DROP SCHEMA IF EXISTS eng CASCADE")
+
+
+@pytest.fixture
+def engine(pg):
+    e = PostgresEngine(pg, statement_timeout=20)
+    yield e
+    e.close()
+
+
+def test_types_are_names_analysis_understands(engine):
+    from dpsql.analysis.analyze import family
+    rows = engine.run("SELECT 1::int2 a, 2::int4 b, 3::int8 c, 1.5::numeric(4,1) d, 1::float4 e, 1::float8 f, "
+                      "'x'::text g, 'y'::varchar h, 'z'::char(2) i, true j, DATE '2024-01-02' k, "
+                      "TIMESTAMP '2024-01-02 03:04' l, now() m, ARRAY[1] n")
+    fams = [family(t) for t in rows.types]
+    assert fams == ["int"] * 3 + ["decimal"] + ["float"] * 2 + ["text"] * 3 + ["bool", "date"] + \
+        ["timestamp"] * 2 + ["other"]
+    cols = engine.table_columns("people")
+    assert [family(t) for t in cols.values()] == ["int", "int", "float", "text", "text", "text"]
+
+
+def test_like_pattern_with_the_salt(engine):
+    sql = ("SELECT kind, COUNT(*) FROM visits WHERE kind LIKE '%ec%' AND hashtextextended(kind, %(salt)s) "
+           "IS NOT NULL GROUP BY kind ORDER BY kind")
+    got = engine.run(sql, {"salt": 2**62 + 5}).rows
+    assert [r[0] for r in got] == ["checkup", "specialist"]
+    assert engine.run("SELECT COUNT(*) FROM visits WHERE kind LIKE '%ec%'").rows[0][0] == sum(r[1] for r in got)
+
+
+def test_like_filter_with_a_salt_end_to_end(pg, policy):
+    """A salted (group-choice) private query whose WHERE has % patterns runs and is near the truth."""
+    with dpsql.connect(pg, policy=policy, analyst="alice") as conn:
+        plan = conn.session.plan("SELECT state, COUNT(*) FROM visits WHERE kind LIKE '%a%' GROUP BY state")
+        assert plan.group_choice
+        cur = conn.cursor()
+        cur.execute("SET dpsql.epsilon = 5")
+        cur.execute("SELECT state, COUNT(*) FROM visits WHERE kind LIKE '%a%' AND kind NOT LIKE '%z%' "
+                    "GROUP BY state")
+        rows = dict(cur.fetchall())
+        assert len(rows) == 8 and rows["CA"] > 100
+
+
+def test_every_query_is_read_only_and_settings_do_not_stick(engine):
+    for bad in ["CREATE TABLE zz (a int)", "INSERT INTO regions VALUES ('ZZ', 'x')", "DROP TABLE regions",
+                "SELECT nextval('no_such_seq')", "SET TRANSACTION READ WRITE",
+                "SELECT 1; COMMIT; SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE; CREATE TABLE zz (a int)",
+                "WITH d AS (DELETE FROM regions RETURNING *) SELECT COUNT(*) FROM d",
+                "COPY regions TO PROGRAM 'true'"]:
+        with pytest.raises(EngineError):
+            engine.run(bad)
+    engine.run("SELECT set_config('search_path', 'pg_catalog', false), "
+               "set_config('statement_timeout', '0', false), set_config('default_transaction_read_only', 'off', false)")
+    settings = engine.run("SELECT current_setting('search_path'), current_setting('statement_timeout'), "
+                          "current_setting('default_transaction_read_only'), current_setting('transaction_read_only')")
+    assert settings.rows == [('"public", pg_temp', "20s", "on", "on")]
+    assert len(engine.run("SELECT * FROM regions").rows) == 3
+    assert "zz" not in engine.base_tables()
+
+
+def test_engine_errors_never_quote_data(engine, caplog):
+    with caplog.at_level(logging.WARNING, logger="dpsql.engine"):
+        with pytest.raises(EngineError) as info:
+            engine.run("SELECT CAST(state AS INT) FROM people")
+    assert "CA" not in str(info.value) and "details are in the server log" in str(info.value)
+    assert any("invalid input syntax" in r.getMessage() for r in caplog.records)
+    assert engine.run("SELECT 1").rows == [(1,)]        # usable after an error
+
+
+def test_interrupt_and_timeout(pg, engine):
+    threading.Timer(0.3, engine.interrupt).start()
+    started = time.monotonic()
+    with pytest.raises(EngineError, match="cancelled"):
+        engine.run("SELECT pg_sleep(10)")
+    assert time.monotonic() - started < 5
+    assert engine.run("SELECT 2").rows == [(2,)]
+    quick = PostgresEngine(pg, statement_timeout=0.2)
+    try:
+        with pytest.raises(EngineError, match="statement timeout"):
+            quick.run("SELECT pg_sleep(5)")
+    finally:
+        quick.close()
+
+
+def test_catalog(pg):
+    e = PostgresEngine(pg, schema="eng")
+    try:
+        assert e.base_tables() == {"parent", "child", "uq", "part", "mixed"}
+        assert e.views() == {"mv", "v"}
+        assert e.unique_columns("parent") == set()          # a child's rows escape the parent's key
+        assert e.unique_columns("child") == set()
+        assert e.unique_columns("part") == {"id"}            # a partitioned table's key covers all partitions
+        assert e.unique_columns("uq") == {"a"}               # (c, d) is not a single column
+        assert e.not_null_columns("uq") == {"b"}
+        assert e.unique_columns("public.people_pk") == {"person_id"}
+        assert e.table_columns("public.regions") == {"state": "text", "region": "text"}
+        assert list(e.table_columns("v")) == ["a", "b", "c", "d"]
+        with pytest.raises(KeyError):
+            e.table_columns("people")                        # not in this engine's schema
+    finally:
+        e.close()
+    e = PostgresEngine(pg)
+    try:
+        assert e.base_tables() == {"people", "people_pk", "visits", "regions"}
+        assert e.views() == {"people_view"}
+        assert e.unique_columns("people") == set() and e.not_null_columns("people") == {"person_id"}
+    finally:
+        e.close()
+
+
+def test_temp_tables_never_shadow_real_ones(pg):
+    con = psycopg.connect(pg, autocommit=True)
+    try:
+        con.execute("CREATE TEMP TABLE regions (state text, region text)")
+        e = open_engine(con)
+        assert e.run("SELECT COUNT(*) FROM regions").rows == [(3,)]
+        assert "regions" in e.base_tables()
+        e.close()
+        assert not con.closed           # a connection passed in is not the engine's to close
+        assert con.execute("SELECT COUNT(*) FROM regions").fetchone() == (0,)
+    finally:
+        con.close()
+
+
+def test_connection_object_and_urls(pg, people_pg, policy):
+    con = psycopg.connect(pg)
+    try:
+        with dpsql.connect(con, policy=policy, analyst="erin") as c:
+            cur = c.cursor()
+            cur.execute("SELECT COUNT(*) FROM people")
+            assert cur.fetchone()[0] > 0
+        assert not con.closed and con.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert con.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        con.close()
+    short = "postgres://" + people_pg.split("://", 1)[1]
+    e = open_engine(short)
+    assert isinstance(e, PostgresEngine) and e.dialect == "postgres"
+    e.close()
+
+
+def test_unreachable_server_is_an_interface_error_without_the_password():
+    with pytest.raises(InterfaceError) as info:
+        PostgresEngine("postgresql://x:sekrit@127.0.0.1:1/db", connect_timeout=2)
+    assert "sekrit" not in str(info.value) and "127.0.0.1:1/db" in str(info.value)
