@@ -65,3 +65,90 @@ def pg_type(sql_type: str | None) -> PgType:
         return TEXT
     name = re.sub(r"\s*\(.*\)\s*$", "", sql_type.strip().lower())   # DECIMAL(18,3) -> decimal
     return _BY_NAME.get(name, TEXT)
+
+
+# -- parameter types for Describe (statement) ---------------------------------------------------------
+
+_PARAM = re.compile(r"\$(\d+)")
+
+
+def param_count(sql: str) -> int:
+    """The highest $n placeholder outside quotes and comments (0 if none)."""
+    from dpsql.sqltext import skip
+    n, i, top = len(sql), 0, 0
+    while i < n:
+        c = sql[i]
+        if c == "$" and (m := _PARAM.match(sql, i)):
+            top = max(top, int(m.group(1)))
+            i = m.end()
+            continue
+        if c in "'\"-/$":
+            kind, end, _ = skip(sql, i)
+            if kind != "code":
+                i = end
+                continue
+        i += 1
+    return top
+
+
+def infer_param_oids(sql: str, declared: list[int] | tuple[int, ...], tables: dict[str, dict[str, str]]) -> list[int]:
+    """Each $n's type OID: the one Parse declared, else the type of the column it is compared
+    with (`age > $1` -> age's type), else int8 for LIMIT/OFFSET, else text.
+
+    Drivers such as asyncpg send parameters in the types Describe reports, so a number compared
+    with a numeric column must be described as a number."""
+    count = max(param_count(sql), len(declared))
+    oids = [declared[i] if i < len(declared) else 0 for i in range(count)]
+    if all(oids):
+        return oids
+    guessed: dict[int, int] = {}
+    try:
+        guessed = _guess(sql, tables)
+    except Exception:   # sqlglot cannot read it: the Session will say why at Execute
+        guessed = {}
+    return [o or guessed.get(i + 1, TEXT.oid) for i, o in enumerate(oids)]
+
+
+def _guess(sql: str, tables: dict[str, dict[str, str]]) -> dict[int, int]:
+    import sqlglot
+    from sqlglot import exp
+
+    tree = sqlglot.parse_one(sql, read="postgres")
+    used = {t.name.lower() for t in tree.find_all(exp.Table)}
+    columns: dict[str, str] = {}
+    for name, cols in tables.items():
+        if name.lower() in used or not used:
+            for c, t in cols.items():
+                columns.setdefault(c.lower(), t)
+    out: dict[int, int] = {}
+    for ph in tree.find_all(exp.Placeholder, exp.Parameter):
+        name = ph.args.get("this")
+        name = name.name if isinstance(name, exp.Expression) else str(name or "")
+        if not name.isdigit():
+            continue
+        oid = _placeholder_type(ph, columns)
+        if oid is not None:
+            out.setdefault(int(name), oid)
+    return out
+
+
+def _placeholder_type(ph, columns: dict[str, str]) -> int | None:
+    from sqlglot import exp
+
+    node, parent = ph, ph.parent
+    while isinstance(parent, (exp.Paren, exp.Cast, exp.Neg)):
+        if isinstance(parent, exp.Cast):
+            return pg_type(parent.to.sql(dialect="postgres")).oid
+        node, parent = parent, parent.parent
+    if isinstance(parent, (exp.Limit, exp.Offset)):
+        return INT8.oid
+    other = None
+    if isinstance(parent, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILike)):
+        other = parent.right if parent.left is node else parent.left
+    elif isinstance(parent, (exp.Between, exp.In)):
+        other = parent.this
+    if isinstance(other, exp.Column):
+        t = columns.get(other.name.lower())
+        if t is not None:
+            return pg_type(t).oid
+    return None

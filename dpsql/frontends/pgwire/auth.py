@@ -1,0 +1,194 @@
+"""SCRAM-SHA-256 (RFC 5802, RFC 7677) for `dpsql serve`, sans-IO.
+
+Verifiers have PostgreSQL's format, `SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>`
+(base64 fields), so one made by `dpsql passwd` or copied from pg_authid works. The server keeps
+only StoredKey and ServerKey: it can check a client's proof, never recover the password.
+
+An unknown user gets a mock exchange with a salt derived from a per-process secret and the
+name (as PostgreSQL does), so the reply to an unknown user looks and fails like a wrong
+password: no user enumeration. Every comparison of secrets is hmac.compare_digest.
+Channel binding is not offered (SCRAM-SHA-256 only, never -PLUS).
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+import secrets
+import unicodedata
+
+from dpsql.errors import AuthenticationFailed, ProtocolViolation
+
+MECHANISM = "SCRAM-SHA-256"
+DEFAULT_ITERATIONS = 4096
+_VERIFIER = re.compile(r"^SCRAM-SHA-256\$(\d+):([A-Za-z0-9+/=]+)\$([A-Za-z0-9+/=]+):([A-Za-z0-9+/=]+)$")
+_MOCK_SECRET = secrets.token_bytes(32)
+
+
+def _hmac(key: bytes, msg: bytes) -> bytes:
+    return hmac.new(key, msg, hashlib.sha256).digest()
+
+
+def _h(b: bytes) -> bytes:
+    return hashlib.sha256(b).digest()
+
+
+def _b64(b: bytes) -> str:
+    return base64.b64encode(b).decode("ascii")
+
+
+def _unb64(s: str) -> bytes:
+    try:
+        return base64.b64decode(s, validate=True)
+    except (ValueError, base64.binascii.Error):
+        raise ProtocolViolation("malformed SCRAM message: bad base64") from None
+
+
+def _normalize(password: str) -> bytes:
+    """SASLprep's effect on ordinary passwords (NFKC; non-ASCII spaces to space); PostgreSQL
+    uses the raw bytes when SASLprep fails, and so do we for anything odd."""
+    try:
+        mapped = "".join(" " if unicodedata.category(c) == "Zs" else c for c in password
+                         if c not in "\u00ad\u200b\u2060\ufeff")
+        return unicodedata.normalize("NFKC", mapped).encode("utf-8")
+    except Exception:   # pragma: no cover - defensive
+        return password.encode("utf-8")
+
+
+def salted_password(password: str, salt: bytes, iterations: int) -> bytes:
+    return hashlib.pbkdf2_hmac("sha256", _normalize(password), salt, iterations)
+
+
+def make_verifier(password: str, *, salt: bytes | None = None, iterations: int = DEFAULT_ITERATIONS) -> str:
+    """A PostgreSQL-format SCRAM-SHA-256 verifier for a password."""
+    salt = salt if salt is not None else secrets.token_bytes(16)
+    sp = salted_password(password, salt, iterations)
+    stored = _h(_hmac(sp, b"Client Key"))
+    server = _hmac(sp, b"Server Key")
+    return f"SCRAM-SHA-256${iterations}:{_b64(salt)}${_b64(stored)}:{_b64(server)}"
+
+
+def parse_verifier(verifier: str) -> tuple[int, bytes, bytes, bytes]:
+    """(iterations, salt, StoredKey, ServerKey); ValueError if it is not a verifier."""
+    m = _VERIFIER.match(verifier or "")
+    if not m:
+        raise ValueError("not a SCRAM-SHA-256 verifier")
+    it = int(m.group(1))
+    salt, stored, server = (base64.b64decode(m.group(i)) for i in (2, 3, 4))
+    if it < 1 or len(stored) != 32 or len(server) != 32:
+        raise ValueError("not a SCRAM-SHA-256 verifier")
+    return it, salt, stored, server
+
+
+def mock_verifier(user: str) -> tuple[int, bytes, bytes, bytes]:
+    """What an unknown user is checked against: a stable salt per name, keys nobody knows."""
+    salt = _hmac(_MOCK_SECRET, b"salt:" + user.encode("utf-8", "replace"))[:16]
+    return DEFAULT_ITERATIONS, salt, _hmac(_MOCK_SECRET, b"stored"), _hmac(_MOCK_SECRET, b"server")
+
+
+class ScramServer:
+    """One server-side SCRAM-SHA-256 exchange.
+
+        s = ScramServer(verifier_or_None, user)
+        server_first = s.first(client_first)      # AuthenticationSASLContinue
+        server_final = s.final(client_final)      # AuthenticationSASLFinal; AuthenticationFailed if wrong
+    """
+
+    def __init__(self, verifier: str | None, user: str, *, nonce: str | None = None):
+        self.user = user
+        self._known = verifier is not None
+        try:
+            self._it, self._salt, self._stored, self._server = (
+                parse_verifier(verifier) if verifier is not None else mock_verifier(user))
+        except ValueError:
+            self._known = False
+            self._it, self._salt, self._stored, self._server = mock_verifier(user)
+        self._nonce_suffix = nonce
+        self._client_first_bare = ""
+        self._server_first = ""
+        self._nonce = ""
+
+    def first(self, client_first: bytes) -> bytes:
+        try:
+            text = client_first.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ProtocolViolation("malformed SCRAM message: not UTF-8") from None
+        parts = text.split(",", 2)
+        if len(parts) != 3:
+            raise ProtocolViolation("malformed SCRAM client-first-message")
+        cbind, authzid, bare = parts
+        if cbind.startswith("p="):
+            raise ProtocolViolation("channel binding is not supported; use SCRAM-SHA-256 without -PLUS")
+        if cbind not in ("n", "y") or (authzid and not authzid.startswith("a=")):
+            raise ProtocolViolation("malformed SCRAM client-first-message")
+        attrs = _attrs(bare)
+        cnonce = attrs.get("r")
+        if not cnonce or "n" not in attrs or any(c == "," or not 0x21 <= ord(c) <= 0x7E for c in cnonce):
+            raise ProtocolViolation("malformed SCRAM client-first-message")
+        suffix = self._nonce_suffix or _b64(secrets.token_bytes(18))
+        self._gs2 = f"{cbind},{authzid},"
+        self._client_first_bare = bare
+        self._nonce = cnonce + suffix
+        self._server_first = f"r={self._nonce},s={_b64(self._salt)},i={self._it}"
+        return self._server_first.encode("ascii")
+
+    def final(self, client_final: bytes) -> bytes:
+        try:
+            text = client_final.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ProtocolViolation("malformed SCRAM message: not UTF-8") from None
+        if ",p=" not in text:
+            raise ProtocolViolation("malformed SCRAM client-final-message")
+        without_proof, proof_b64 = text.rsplit(",p=", 1)
+        attrs = _attrs(without_proof)
+        cbind = _unb64(attrs.get("c", ""))
+        proof = _unb64(proof_b64)
+        ok_binding = hmac.compare_digest(cbind, self._gs2.encode("utf-8"))
+        ok_nonce = hmac.compare_digest(attrs.get("r", "").encode("utf-8"), self._nonce.encode("utf-8"))
+        if not ok_binding or not ok_nonce:
+            raise ProtocolViolation("malformed SCRAM client-final-message: nonce or channel binding mismatch")
+        auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode("utf-8")
+        signature = _hmac(self._stored, auth_message)
+        if len(proof) != len(signature):
+            proof = bytes(len(signature))
+        client_key = bytes(a ^ b for a, b in zip(proof, signature))
+        good = hmac.compare_digest(_h(client_key), self._stored)
+        if not (good and self._known):
+            raise AuthenticationFailed(f'password authentication failed for user "{self.user}"')
+        return f"v={_b64(_hmac(self._server, auth_message))}".encode("ascii")
+
+
+def _attrs(s: str) -> dict[str, str]:
+    out = {}
+    for part in s.split(","):
+        if len(part) >= 2 and part[1] == "=":
+            out.setdefault(part[0], part[2:])
+    return out
+
+
+class ScramClient:
+    """The client side (for tests and the benchmark's own checks)."""
+
+    def __init__(self, password: str, *, nonce: str | None = None):
+        self.password = password
+        self.nonce = nonce or _b64(secrets.token_bytes(18))
+        self.first_bare = f"n=,r={self.nonce}"
+
+    def first(self) -> bytes:
+        return f"n,,{self.first_bare}".encode("ascii")
+
+    def final(self, server_first: bytes) -> bytes:
+        sf = server_first.decode("ascii")
+        a = _attrs(sf)
+        sp = salted_password(self.password, base64.b64decode(a["s"]), int(a["i"]))
+        ck = _hmac(sp, b"Client Key")
+        without = f"c=biws,r={a['r']}"
+        self.auth_message = f"{self.first_bare},{sf},{without}".encode("utf-8")
+        sig = _hmac(_h(ck), self.auth_message)
+        self.server_key = _hmac(sp, b"Server Key")
+        return f"{without},p={_b64(bytes(x ^ y for x, y in zip(ck, sig)))}".encode("ascii")
+
+    def verify(self, server_final: bytes) -> bool:
+        expect = f"v={_b64(_hmac(self.server_key, self.auth_message))}".encode("ascii")
+        return hmac.compare_digest(server_final, expect)
