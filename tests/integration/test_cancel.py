@@ -10,15 +10,34 @@ import pytest
 import dpsql
 
 
-def test_cancel_stops_a_running_query_and_keeps_the_charge(tmp_path):
-    path = str(tmp_path / "big.duckdb")
-    con = duckdb.connect(path)
-    con.execute("CREATE TABLE t AS SELECT i AS id, i % 1000 AS x FROM range(30000000) r(i)")
-    con.close()
+@pytest.fixture(params=["duckdb", "postgres"])
+def big(request, tmp_path):
+    """A table t(id, x) whose private SUM/AVG takes seconds: (target, engine options)."""
+    if request.param == "duckdb":
+        path = str(tmp_path / "big.duckdb")
+        con = duckdb.connect(path)
+        con.execute("CREATE TABLE t AS SELECT i AS id, i % 1000 AS x FROM range(30000000) r(i)")
+        con.close()
+        yield path, {}
+        return
+    import psycopg
+    dsn = request.getfixturevalue("people_pg")
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("DROP SCHEMA IF EXISTS big CASCADE")
+        admin.execute("CREATE SCHEMA big")
+        admin.execute("CREATE UNLOGGED TABLE big.t AS SELECT i::bigint AS id, (i % 1000)::int AS x "
+                      "FROM generate_series(0, 1999999) i")
+    yield dsn, {"schema": "big"}
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("DROP SCHEMA IF EXISTS big CASCADE")
+
+
+def test_cancel_stops_a_running_query_and_keeps_the_charge(tmp_path, big):
+    target, options = big
     pol = {"budget": {"epsilon": 10.0, "ledger": str(tmp_path / "l.sqlite")},
            "tables": {"t": {"privacy_unit": "id", "max_rows_per_unit": 2,
                             "columns": {"x": {"lower": 0, "upper": 1000}}}}}
-    conn = dpsql.connect(path, policy=pol, analyst="a")
+    conn = dpsql.connect(target, policy=pol, analyst="a", **options)
     cur = conn.cursor()
     outcome: dict = {}
 

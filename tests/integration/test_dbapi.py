@@ -141,10 +141,10 @@ def test_injection_through_parameter_is_a_literal(conn, people_db):
     assert abs(cur.fetchone()[0]) < 10
 
 
-def test_budget_exhaustion_releases_nothing(tmp_path, people_db):
+def test_budget_exhaustion_releases_nothing(tmp_path, target):
     from tests.conftest import policy_for
     pol = policy_for(tmp_path, epsilon=1.0)
-    conn = dpsql.connect(people_db, policy=pol, analyst="bob")
+    conn = dpsql.connect(target, policy=pol, analyst="bob")
     cur = conn.cursor()
     cur.execute("SET dpsql.epsilon = 0.4")
     cur.execute("SELECT COUNT(*) FROM people")
@@ -200,17 +200,21 @@ def test_public_tables_pass_through_free(conn, people_db):
     for bad in ["SELECT * FROM people_view", "SELECT * FROM read_csv('/etc/passwd')",
                 "SELECT getenv('HOME')", "SELECT * FROM regions WHERE state IN (SELECT state FROM people)",
                 "SELECT * FROM regions JOIN people USING (state)", "SELECT * FROM no_such_table",
-                "SELECT * FROM duckdb_tables()", "SELECT * FROM query('SELECT * FROM people')"]:
+                "SELECT * FROM duckdb_tables()", "SELECT * FROM query('SELECT * FROM people')",
+                "SELECT pg_read_file('/etc/passwd')", "SELECT * FROM pg_class", "SELECT * FROM pg_catalog.pg_user",
+                "SELECT * FROM information_schema.tables", "SELECT set_config('search_path', 'x', false)",
+                "SELECT current_setting('data_directory')", "SELECT * FROM generate_series(1, 3)",
+                "SELECT * FROM regions FOR UPDATE", "SELECT * INTO t2 FROM regions"]:
         with pytest.raises(dpsql.QueryRejected):
             cur.execute(bad)
     assert spent(cur) == before
 
 
-def test_public_domain_releases_empty_groups(tmp_path, people_db):
+def test_public_domain_releases_empty_groups(tmp_path, target):
     from tests.conftest import policy_for
     pol = policy_for(tmp_path)
     pol["tables"]["people"]["columns"]["state"] = {"values": ["CA", "NY", "ZZ"]}
-    conn = dpsql.connect(people_db, policy=pol, analyst="carol")
+    conn = dpsql.connect(target, policy=pol, analyst="carol")
     cur = conn.cursor()
     cur.execute("SELECT state, COUNT(*) FROM people GROUP BY state")
     rows = dict(cur.fetchall())
@@ -269,8 +273,8 @@ def test_refusal_leaves_connection_usable_and_charges_nothing(conn):
     assert cur.fetchone()[0] > 0
 
 
-def test_closed_objects_raise_interface_error(people_db, policy):
-    conn = dpsql.connect(people_db, policy=policy, analyst="dave")
+def test_closed_objects_raise_interface_error(target, policy):
+    conn = dpsql.connect(target, policy=policy, analyst="dave")
     cur = conn.cursor()
     cur.close()
     with pytest.raises(dpsql.InterfaceError):
@@ -289,10 +293,12 @@ def test_errors_pickle_and_carry_sqlstate():
     assert pickle.loads(pickle.dumps(dpsql.BudgetExhausted("x"))).sqlstate == "53000"
 
 
-@pytest.mark.parametrize("target", ["postgresql://x@localhost/db", "mysql://x", 42])
-def test_bad_targets(target, policy):
-    with pytest.raises(dpsql.InterfaceError):
-        dpsql.connect(target, policy=policy, analyst="a")
+@pytest.mark.parametrize("bad", ["postgresql://x@127.0.0.1:1/db", "postgres://x:pw@127.0.0.1:1/db", "mysql://x",
+                                 "spark://x", 42])
+def test_bad_targets(bad, policy):
+    with pytest.raises(dpsql.InterfaceError) as info:
+        dpsql.connect(bad, policy=policy, analyst="a")
+    assert "pw" not in str(info.value)
 
 
 def test_missing_database_file(tmp_path, policy):
@@ -318,6 +324,11 @@ def test_engine_is_locked_down(conn):
     with pytest.raises(dpsql.EngineError) as info:
         eng.run("SELECT * FROM read_csv('/etc/passwd')")
     assert "passwd" not in str(info.value)       # engine messages stay in the log
+    for write in ["CREATE TABLE zz AS SELECT 1 AS a", "INSERT INTO regions VALUES ('ZZ', 'x')",
+                  "SELECT 1; DROP TABLE regions"]:
+        with pytest.raises(dpsql.EngineError):
+            eng.run(write)
+    assert "zz" not in eng.base_tables() and len(eng.run("SELECT * FROM regions").rows) == 3
 
 
 @pytest.mark.parametrize("table", ["people", "people_pk"])

@@ -10,6 +10,13 @@ import pytest
 import dpsql
 from dpsql.rewrite import contribution
 from dpsql.session import Session
+from tests.conftest import ENGINES, copy_to_postgres
+
+
+def _drop_schema(dsn: str, schema: str) -> None:
+    import psycopg
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 def _run(session: Session, tree, salt: int) -> list[tuple]:
@@ -37,20 +44,26 @@ def test_units_only_shape_equals_the_general_rewrite(conn, sql, salt):
     assert _run(session, special, salt) == _run(session, contribution.bounded(plan, dialect), salt)
 
 
-def test_exact_clamps_hold_at_a_bound_doubles_cannot_scale_exactly(tmp_path):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_exact_clamps_hold_at_a_bound_doubles_cannot_scale_exactly(tmp_path, engine, request):
     # 9007199254.796875 * 1e6 is not a double: the engine's cast may round up past the bound.
     hi = 9007199254.796875
     path = str(tmp_path / "edge.duckdb")
     con = duckdb.connect(path)
     con.execute(f"CREATE TABLE t AS SELECT i AS id, {hi}::DOUBLE AS x FROM range(1, 101) r(i)")
     con.close()
+    target, options = path, {}
+    if engine == "postgres":
+        target, options = request.getfixturevalue("people_pg"), {"schema": "edge"}
+        copy_to_postgres(path, target, schema="edge")
+        request.addfinalizer(lambda: _drop_schema(target, "edge"))
     pol = {"budget": {"epsilon": 100.0, "ledger": str(tmp_path / "l.sqlite")},
            "tables": {"t": {"privacy_unit": "id", "columns": {"x": {"lower": 0, "upper": hi}}}}}
-    conn = dpsql.connect(path, policy=pol, analyst="a")
+    conn = dpsql.connect(target, policy=pol, analyst="a", **options)
     session = conn.session
     plan = session.plan("SELECT SUM(x) FROM t")
     m = plan.measures[0]
-    rows = _run(session, contribution.bounded(plan, "duckdb"), 1)
+    rows = _run(session, contribution.bounded(plan, session.engine.dialect), 1)
     total = Fraction(rows[0][0]) / m.divisor
     assert total <= 100 * m.hi                 # each row within the (outward) bound the sensitivity uses
     assert m.hi >= Fraction(hi)
