@@ -8,6 +8,8 @@
     dpsql budget --policy policy.toml                                      # every analyst's spending
     dpsql policy check policy.toml [--database people.duckdb]              # validate a policy
     dpsql demo                                                             # where the demo lives
+    dpsql serve --backend people.duckdb --policy policy.toml               # PostgreSQL wire protocol
+    dpsql passwd alice                                                     # a SCRAM verifier for the policy
 
 Front ends talk only to a Session (and the error classes).
 """
@@ -235,6 +237,117 @@ def policy_check(path: str, database: str | None) -> None:
     n = len(report.problems)
     click.echo(f"{path}: {n} problem{'s' if n != 1 else ''}", err=True)
     sys.exit(1)
+
+
+@cli.command()
+@click.option("--backend", "target", metavar="TARGET",
+              help="The database: a DuckDB file (or duckdb:///path) or a postgresql:// URL "
+                   "(default: the bundled demo).")
+@click.option("--policy", "-p", type=click.Path(dir_okay=False),
+              help="Policy TOML file (required with --backend; its [server] and [analysts.NAME] "
+                   "sections set authentication, TLS and passwords).")
+@click.option("--listen", default="127.0.0.1:6432", show_default=True, metavar="HOST:PORT",
+              help="Address to listen on.")
+@click.option("--max-message-bytes", type=click.IntRange(1024, 1 << 30),
+              help="Largest protocol message accepted (default: [server] max_message_bytes, 16 MiB).")
+@click.option("--startup-timeout", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,
+              help="Seconds a new connection has to start up and authenticate.")
+def serve(target: str | None, policy: str | None, listen: str, max_message_bytes: int | None,
+          startup_timeout: float) -> None:
+    """Serve dpsql over the PostgreSQL wire protocol (psql, psycopg, JDBC, asyncpg...).
+
+    Each client connects as an analyst (the user name) and gets its own session; passwords
+    are SCRAM-SHA-256 verifiers in the policy ([analysts.NAME] password = "SCRAM-SHA-256$...",
+    printed by `dpsql passwd NAME`). With no --backend and no --policy it serves the bundled
+    demo with trust authentication (any user name, loopback clients only).
+    """
+    import asyncio
+    import logging
+    import signal
+
+    from dpsql.frontends.pgwire.server import Server
+    from dpsql.session import Backend
+
+    if target is not None and policy is None:
+        raise click.UsageError("with --backend, give --policy")
+    host, _, port_text = listen.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise click.UsageError("--listen takes HOST:PORT, e.g. 127.0.0.1:6432")
+    demo = target is None and policy is None
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        backend = Backend(target, policy)
+    except errors.Error as err:
+        raise _fail(err) from None
+    auth = "trust" if demo else None
+
+    async def main() -> None:
+        try:
+            server = Server(backend, host=host, port=int(port_text), auth=auth,
+                            max_message_bytes=max_message_bytes, startup_timeout=startup_timeout)
+        except (OSError, ValueError) as err:      # an unreadable TLS certificate or key
+            raise click.ClickException(f"cannot set up the server: {err}") from None
+        try:
+            await server.start()
+        except OSError as err:
+            raise click.ClickException(f"cannot listen on {listen}: {err.strerror or err}") from None
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+            except (NotImplementedError, RuntimeError):
+                pass
+        who = "analyst" if demo else (sorted(backend.policy.analysts) or ["<analyst>"])[0]
+        db = Path(str(backend.target)).stem if demo or "://" not in str(backend.target) else \
+            (str(backend.target).rsplit("/", 1)[-1].split("?")[0] or "dpsql")
+        click.echo(f"dpsql serving {_safe_target(backend.target)} on {host}:{server.port} "
+                   f"(auth {server.auth}{', tls' if server.ssl_context else ''}); connect with: "
+                   f"psql -h {host} -p {server.port} -U {who} {db}", err=True)
+        await stop.wait()
+        click.echo("dpsql: shutting down", err=True)
+        await server.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        backend.close()
+
+
+def _safe_target(target) -> str:
+    """The backend for the startup line, without a password."""
+    text = str(target)
+    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", text)
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--password-stdin", is_flag=True, help="Read the password from stdin (one line) instead of prompting.")
+@click.option("--iterations", type=click.IntRange(4096, 10_000_000), default=4096, show_default=True,
+              help="PBKDF2 iterations.")
+def passwd(name: str, password_stdin: bool, iterations: int) -> None:
+    """Print a SCRAM-SHA-256 verifier for an analyst's password (stdout), for the policy:
+
+        [analysts.NAME]
+        password = "SCRAM-SHA-256$4096:..."
+
+    The server stores only the verifier; it cannot recover the password from it.
+    """
+    from dpsql.frontends.pgwire.auth import make_verifier
+
+    if not re.fullmatch(r"[\w.@+-]{1,128}", name):
+        raise click.UsageError("an analyst name has 1-128 letters, digits or . _ @ + -")
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = click.prompt("Password", hide_input=True, confirmation_prompt="Repeat password", err=True)
+    if not password:
+        raise click.ClickException("the password is empty")
+    verifier = make_verifier(password, iterations=iterations)
+    click.echo(verifier)
+    click.echo(f'add to the policy:\n[analysts.{name}]\npassword = "{verifier}"', err=True)
 
 
 def main() -> None:
