@@ -19,6 +19,7 @@ import datetime as _dt
 import hmac
 import ipaddress
 import logging
+import re
 import secrets
 import ssl
 import threading
@@ -546,8 +547,8 @@ class _Client:
         reply = None
         if self.catalog is not None:
             reply = self.catalog.answer(sql, _text_params(params))
-        elif word in _TX_START | _TX_END | {"SAVEPOINT", "RELEASE"}:
-            reply = _fallback_tx(sql, word)
+        else:
+            reply = _fallback(sql, word)
         if reply is not None:
             cols = [(c.name, c.type_oid, c.type_size, c.type_modifier) for c in reply.columns]
             return _Answer(cols, list(reply.rows), reply.tag, text_rows=True)
@@ -619,7 +620,7 @@ class _Client:
     def _param_oids(self, stmt: _Prepared) -> list[int]:
         if stmt.inferred is None:
             tables = {}
-            if self.session is not None and not all(stmt.param_oids):
+            if self.session is not None:
                 try:
                     tables = self.session.schema.columns
                 except Exception:
@@ -741,12 +742,20 @@ def _mentions_dpsql(sql: str) -> bool:
     return "dpsql." in sql.lower()
 
 
-def _fallback_tx(sql: str, word: str):
-    """Transaction commands while the catalog layer is absent: accepted, nothing to do (every
-    dpsql statement is a read that is charged at once; there is nothing to commit)."""
+_DRIVER_SETTINGS = re.compile(r"^\s*SET\s+(?:SESSION\s+)?(extra_float_digits|application_name|client_encoding|"
+                              r"datestyle|timezone|search_path|intervalstyle)\b", re.I)
+
+
+def _fallback(sql: str, word: str):
+    """While the catalog layer is absent: transaction commands (every dpsql statement is a read
+    charged at once, so there is nothing to commit) and the SETs drivers send on connecting."""
     from types import SimpleNamespace
-    tag = {"START": "START TRANSACTION", "END": "COMMIT", "ABORT": "ROLLBACK"}.get(word, word)
-    return SimpleNamespace(columns=[], rows=[], tag=tag)
+    if word in _TX_START | _TX_END | {"SAVEPOINT", "RELEASE"}:
+        tag = {"START": "START TRANSACTION", "END": "COMMIT", "ABORT": "ROLLBACK"}.get(word, word)
+        return SimpleNamespace(columns=[], rows=[], tag=tag)
+    if word == "SET" and _DRIVER_SETTINGS.match(strip_comments(sql)):
+        return SimpleNamespace(columns=[], rows=[], tag="SET")
+    return None
 
 
 def _text_params(params: list | None) -> list[str | None] | None:
