@@ -1,9 +1,16 @@
 """The privacy-budget ledger: per-analyst spending, charged before any answer is released.
 
-One SQLite file holds two tables: ``charges`` (one row per answered query: analyst, UTC time,
-epsilon, delta, mechanism, the mechanism's full parameters as JSON, the query text) and ``spent``
-(one running-total row per analyst, so ``spending()`` is one indexed read). ``PRAGMA user_version``
-records the schema version for future migrations.
+One SQLite file holds ``charges`` (one row per answered query: analyst, UTC time, epsilon, delta,
+mechanism, the mechanism's full parameters as JSON, the query text), ``spent`` (one running-total
+row per analyst, so ``spending()`` is one indexed read), and, for the reconstruction defence,
+``subset_series`` (per analyst and population: how many subset-selection queries were answered and
+which identity values they named) and ``answers`` (per analyst: released answers by query key, so
+an identical repeat gets the same answer free). ``PRAGMA user_version`` records the schema version;
+version 1 files (no reconstruction tables) are migrated in place.
+
+Why the subset cap cannot be overrun either: the series row is read, checked against the cap and
+updated inside the same ``BEGIN IMMEDIATE`` transaction as the charge, so two connections cannot
+both take the last allowed query.
 
 Why no analyst can overspend, across threads, processes and Ledger instances:
     Each charge is one SQLite transaction opened with ``BEGIN IMMEDIATE``, which takes the file's
@@ -55,18 +62,19 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Context, Decimal, Inexact, InvalidOperation, Overflow
 from pathlib import Path
 
-from dpsql.errors import BudgetExhausted, OperationalError
+from dpsql.errors import BudgetExhausted, OperationalError, QueryRejected
 
-__all__ = ["Ledger", "Spending", "SCHEMA_VERSION"]
+__all__ = ["Ledger", "Spending", "SubsetCharge", "SubsetState", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+MAX_NAMED = 4096        # identity values remembered per series; beyond, the count saturates
 BUSY_TIMEOUT_S = 60.0   # how long a charge waits for another writer's lock
 
 # Sums of doubles span at most ~650 decimal digits (1e308 down to 5e-324 with 17 digits);
@@ -92,7 +100,46 @@ _SCHEMA = (
         delta   TEXT NOT NULL,              -- decimal text: sum of charges.delta
         charges INTEGER NOT NULL
     ) WITHOUT ROWID""",
+    # version 2: the reconstruction defence
+    """CREATE TABLE IF NOT EXISTS subset_series (
+        analyst    TEXT NOT NULL,
+        population TEXT NOT NULL,           -- table | aggregates | non-identity filter
+        answered   INTEGER NOT NULL,        -- subset queries answered (charged) over it
+        named      TEXT NOT NULL,           -- JSON list of identity values named (query text)
+        unnamed    INTEGER NOT NULL,        -- answered queries that named no values (ranges, ...)
+        first_at   TEXT NOT NULL,
+        last_at    TEXT NOT NULL,
+        PRIMARY KEY (analyst, population)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS answers (
+        analyst TEXT NOT NULL,
+        key     TEXT NOT NULL,              -- hash of normalised query, parameters, epsilon, delta, mechanism
+        at      REAL NOT NULL,              -- unix time of the release
+        payload TEXT NOT NULL,              -- the released answer (JSON)
+        PRIMARY KEY (analyst, key)
+    ) WITHOUT ROWID""",
 )
+
+
+@dataclass(frozen=True, slots=True)
+class SubsetCharge:
+    """A subset-selection query's part of a charge: which series it joins and the cap rule.
+
+    cap: a fixed cap (the policy's max_subset_queries), or a function of the number of distinct
+    identity values the series has named (None when some query named none) giving the cap.
+    """
+    population: str
+    named: frozenset[str]
+    cap: int | Callable[[int | None], int]
+
+
+@dataclass(frozen=True, slots=True)
+class SubsetState:
+    """A series after (or, for EXPLAIN, before) a query: answered so far, the cap, values named."""
+    population: str
+    answered: int
+    cap: int
+    named: int | None          # distinct identity values named, None if some query named none
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +185,7 @@ class Ledger:
 
     def charge(self, analyst: str, epsilon: float, delta: float, *, epsilon_total: float,
                delta_total: float, mechanism: str, params: Mapping[str, object],
-               query: str | None = None) -> int:
+               query: str | None = None, subset: SubsetCharge | None = None) -> int:
         """Record one query's cost, or refuse it; return the charge's id.
 
         Atomically: read the analyst's spending; if spent + this charge exceeds either total, raise
@@ -147,6 +194,10 @@ class Ledger:
         The caller must release the answer only after this returns. ``params`` are the mechanism's
         full parameters (stored as JSON so a tighter accountant can be added later); ``query`` is the
         normalised query text (normalising is the caller's job; only surrounding space is stripped).
+
+        With ``subset``, the query selects people by identity: in the same transaction, if its series
+        has already had as many answers as the cap allows, raise QueryRejected (42501) and record
+        nothing; otherwise count it in the series along with the budget.
         """
         analyst = _name("analyst", analyst)
         eps, dlt = _amount("epsilon", epsilon), _amount("delta", delta)
@@ -161,6 +212,7 @@ class Ledger:
             query = query.strip()
 
         with self._transaction() as db:
+            series = self._series_next(db, analyst, subset) if subset is not None else None
             spent_eps, spent_dlt = self._spent(db, analyst)
             for what, spent, need, total in (("epsilon", spent_eps, eps, eps_total),
                                              ("delta", spent_dlt, dlt, dlt_total)):
@@ -180,7 +232,53 @@ class Ledger:
                 " ON CONFLICT (analyst) DO UPDATE SET"
                 " epsilon = excluded.epsilon, delta = excluded.delta, charges = charges + 1",
                 (analyst, str(_EXACT.add(spent_eps, eps)), str(_EXACT.add(spent_dlt, dlt))))
+            if series is not None:
+                answered, named, unnamed = series
+                db.execute(
+                    "INSERT INTO subset_series (analyst, population, answered, named, unnamed, first_at, last_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (analyst, population) DO UPDATE SET"
+                    " answered = excluded.answered, named = excluded.named, unnamed = excluded.unnamed,"
+                    " last_at = excluded.last_at",
+                    (analyst, subset.population, answered, json.dumps(sorted(named)), unnamed, at, at))
             return row_id
+
+    def subset_state(self, analyst: str, subset: SubsetCharge) -> SubsetState:
+        """The series this subset query would join, as it would be were the query answered
+        (for EXPLAIN DP and for messages): answered counts the series so far, not this query."""
+        analyst = _name("analyst", analyst)
+        with self._use() as db:
+            answered, named, unnamed = self._series(db, analyst, subset.population)
+        named = named | subset.named
+        n = None if unnamed or not subset.named else len(named)
+        return SubsetState(subset.population, answered, _cap(subset, n), n)
+
+    def subset_series(self, analyst: str) -> list[SubsetState]:
+        """Every population the analyst has probed with subset queries (admin view), by last use."""
+        analyst = _name("analyst", analyst)
+        with self._use() as db:
+            rows = db.execute("SELECT population, answered, named, unnamed FROM subset_series"
+                              " WHERE analyst = ? ORDER BY last_at", (analyst,)).fetchall()
+        return [SubsetState(p, a, -1, None if u else len(json.loads(n))) for p, a, n, u in rows]
+
+    # -- the answer cache
+    def cached(self, analyst: str, key: str, max_age: float) -> str | None:
+        """The payload released for this key within the last max_age seconds, else None."""
+        analyst = _name("analyst", analyst)
+        with self._use() as db:
+            row = db.execute("SELECT at, payload FROM answers WHERE analyst = ? AND key = ?",
+                             (analyst, key)).fetchone()
+        if row is None or time.time() - row[0] > max_age:
+            return None
+        return row[1]
+
+    def remember(self, analyst: str, key: str, payload: str, max_age: float) -> None:
+        """Keep a released answer for identical repeats; drop this analyst's entries older than max_age."""
+        analyst = _name("analyst", analyst)
+        now = time.time()
+        with self._transaction() as db:
+            db.execute("DELETE FROM answers WHERE analyst = ? AND at < ?", (analyst, now - max_age))
+            db.execute("INSERT OR REPLACE INTO answers (analyst, key, at, payload) VALUES (?, ?, ?, ?)",
+                       (analyst, key, now, payload))
 
     def spending(self, analyst: str, *, epsilon_total: float, delta_total: float) -> Spending:
         """The analyst's spending so far and what is left of the given totals (never below 0)."""
@@ -304,6 +402,37 @@ class Ledger:
                     db.execute(statement)
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
+    def _series(self, db: sqlite3.Connection, analyst: str, population: str) -> tuple[int, set[str], int]:
+        row = db.execute("SELECT answered, named, unnamed FROM subset_series WHERE analyst = ? AND population = ?",
+                         (analyst, population)).fetchone()
+        if row is None:
+            return 0, set(), 0
+        try:
+            named = json.loads(row[1])
+        except ValueError:
+            named = None
+        if not isinstance(named, list):
+            raise OperationalError(f"privacy ledger {self.path}: malformed subset series in the ledger")
+        return int(row[0]), set(named), int(row[2])
+
+    def _series_next(self, db: sqlite3.Connection, analyst: str, subset: SubsetCharge):
+        """The series after this query, or QueryRejected if its cap is reached."""
+        answered, named, unnamed = self._series(db, analyst, subset.population)
+        if len(named) < MAX_NAMED:
+            named |= set(sorted(subset.named)[:MAX_NAMED - len(named)])
+        if not subset.named:
+            unnamed += 1
+        n = None if unnamed else len(named)
+        cap = _cap(subset, n)
+        if answered >= cap:
+            raise QueryRejected(
+                f"another query selecting people by identity over the same population ({subset.population})",
+                f"{answered} such queries were answered and the policy allows {cap} "
+                "([reconstruction] max_subset_queries): a series of answers about chosen subsets of people "
+                "can rebuild each person's data (Dinur-Nissim)",
+                "ask about groups defined by what people are (age, state, ...), not by who they are")
+        return answered + 1, named, unnamed
+
     def _spent(self, db: sqlite3.Connection, analyst: str) -> tuple[Decimal, Decimal]:
         row = db.execute("SELECT epsilon, delta FROM spent WHERE analyst = ?", (analyst,)).fetchone()
         return (self._stored(row[0]), self._stored(row[1])) if row else (_ZERO, _ZERO)
@@ -330,6 +459,13 @@ class Ledger:
 
 
 # -- argument checks --------------------------------------------------------------------------------
+
+def _cap(subset: SubsetCharge, named: int | None) -> int:
+    cap = subset.cap(named) if callable(subset.cap) else subset.cap
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
+        raise ValueError("a subset cap must be a whole number >= 0")
+    return cap
+
 
 def _name(what: str, value: object) -> str:
     if not isinstance(value, str) or not value:

@@ -32,7 +32,9 @@ from dpsql.cost import Cost
 from dpsql.engines.base import Engine, open_engine
 from dpsql.errors import (BudgetExhausted, EngineError, Error, InterfaceError, InternalError,
                           InvalidSetting, PolicyError, QueryRejected)
-from dpsql.ledger import Ledger, Spending
+from dpsql.analysis.reconstruction import auto_cap, population_key
+from dpsql.guard import AuditLog, answer_key, decode, encode
+from dpsql.ledger import Ledger, Spending, SubsetCharge, SubsetState
 from dpsql.noise import SecureRng, make_mechanism
 from dpsql.policy import MECHANISMS, Policy, load_policy
 from dpsql.rewrite import SALT, to_sql
@@ -69,6 +71,7 @@ class Result:
     tag: str = ""                         # command tag, e.g. "SELECT 3", "SET"
     db_types: list[str] = field(default_factory=list)   # per column: SQL type name (DOUBLE for noisy values)
     cached: bool = False                  # an identical earlier answer, repeated free of charge
+    surcharge: float = 0.0                # epsilon added because the query selects people by identity
 
     @property
     def status(self) -> str:
@@ -76,10 +79,12 @@ class Result:
         if self.cost is None or self.spending is None:
             return self.tag
         s = self.spending
+        extra = (f" (incl. a surcharge of {self.surcharge:g} for selecting people by identity)"
+                 if self.surcharge else "")
         if self.cached:
             return (f"repeated the identical earlier answer; nothing charged; "
                     f"remaining epsilon {s.epsilon_remaining:g}, delta {s.delta_remaining:g}")
-        return (f"epsilon charged {self.cost.epsilon:g}"
+        return (f"epsilon charged {self.cost.epsilon:g}" + extra
                 + (f", delta {self.cost.delta:g}" if self.cost.delta else "")
                 + f"; remaining epsilon {s.epsilon_remaining:g}, delta {s.delta_remaining:g}")
 
@@ -101,6 +106,7 @@ class Session:
         if ledger is None:
             ledger = Ledger(_ledger_path(policy))
         self.ledger = ledger
+        self.audit = AuditLog(_audit_path(policy))
         d = policy.defaults
         self.epsilon, self.delta, self.mechanism = d.epsilon, d.delta, d.mechanism
 
@@ -233,6 +239,14 @@ class Session:
                       tag=f"SELECT {len(rows.rows)}", db_types=list(rows.types))
 
     def _run_private(self, plan: QueryPlan) -> Result:
+        recon = self.policy.reconstruction
+        key = self._answer_key(plan) if recon.cache_lifetime > 0 else None
+        hit = self.ledger.cached(self.analyst, key, recon.cache_lifetime) if key else None
+        if hit is not None:
+            result = self._from_cache(hit)
+            if plan.subset is not None and plan.subset.flagged:
+                self._audit("subset_repeat", plan, charged=Cost(0.0, 0.0))
+            return result
         sql = to_sql(plan, self.engine.dialect)
         mechs, sel = self._mechanisms(plan)
         params = {"values": [dict(mechs[m.name].params(), measure=m.label) for m in plan.measures]}
@@ -241,18 +255,76 @@ class Session:
                                                  delta=plan.selection.delta, l0=plan.selection.l0)
         params["bounding"] = {"bounded": plan.bounded, "l0": plan.l0,
                               "max_rows_per_unit": plan.table.max_rows_per_unit if plan.bounded else 1}
+        charged, surcharge, subset = self._charge_of(plan)
+        if subset is not None:
+            params["subset_selection"] = {"population": subset.population, "surcharge": recon.surcharge}
         b = self.budget
         # Charge first: if this raises, nothing has run and nothing is released.
-        self.ledger.charge(self.analyst, plan.cost.epsilon, plan.cost.delta, epsilon_total=b.epsilon,
-                           delta_total=b.delta, mechanism=plan.mechanism, params=params, query=plan.text)
+        try:
+            self.ledger.charge(self.analyst, charged.epsilon, charged.delta, epsilon_total=b.epsilon,
+                               delta_total=b.delta, mechanism=plan.mechanism, params=params, query=plan.text,
+                               subset=subset)
+        except (QueryRejected, BudgetExhausted) as err:
+            if subset is not None:
+                self._audit("subset_refused", plan, charged=charged, subset=subset, reason=err.sqlstate)
+            raise
+        if subset is not None:     # audited before anything runs: an unaudited answer is never released
+            self._audit("subset_charged", plan, charged=charged, subset=subset, surcharge=surcharge)
         bind = {SALT: self.rng.randbits(63)} if plan.group_choice else None
         rows = self.engine.run(sql, bind)
         table = self._noise(plan, rows.rows, mechs, sel)
         spending = self.ledger.spending(self.analyst, epsilon_total=b.epsilon, delta_total=b.delta)
         db_types = self._db_types(plan)
         accuracy = [self._accuracy(o, mechs) for o in plan.outputs]
-        return Result(table.columns, [_type_name(t) for t in db_types], table.rows, "private", accuracy,
-                      table.widths, plan.cost, spending, tag=f"SELECT {len(table.rows)}", db_types=db_types)
+        result = Result(table.columns, [_type_name(t) for t in db_types], table.rows, "private", accuracy,
+                        table.widths, charged, spending, tag=f"SELECT {len(table.rows)}", db_types=db_types,
+                        surcharge=surcharge)
+        if key is not None:
+            self.ledger.remember(self.analyst, key, self._to_cache(result), recon.cache_lifetime)
+        return result
+
+    # -- the reconstruction defence: surcharge, cap, cache, audit (dpsql.analysis.reconstruction, dpsql.guard)
+    def _answer_key(self, plan: QueryPlan) -> str:
+        return answer_key(str(getattr(self.engine, "name", type(self.engine).__name__)), plan.text,
+                          plan.cost.epsilon, plan.cost.delta, plan.mechanism)
+
+    def _charge_of(self, plan: QueryPlan) -> tuple[Cost, float, SubsetCharge | None]:
+        """What a query is charged: its cost, plus the policy's surcharge (a fraction of its epsilon)
+        when it selects people by identity; and the subset series it joins, if any."""
+        if plan.subset is None or not plan.subset.flagged:
+            return plan.cost, 0.0, None
+        recon = self.policy.reconstruction
+        surcharge = plan.cost.epsilon * recon.surcharge
+        cap = recon.max_subset_queries if recon.max_subset_queries is not None else auto_cap
+        population = population_key(plan.table.name, tuple(m.label for m in plan.measures), plan.subset)
+        return (Cost(plan.cost.epsilon + surcharge, plan.cost.delta), surcharge,
+                SubsetCharge(population, plan.subset.named, cap))
+
+    def _audit(self, event: str, plan: QueryPlan, *, charged: Cost, subset: SubsetCharge | None = None,
+               **fields: Any) -> None:
+        p = plan.subset
+        if subset is not None:
+            state = self.ledger.subset_state(self.analyst, subset)
+            fields.update(population=subset.population, answered=state.answered, cap=state.cap,
+                          named=state.named)
+        self.audit.write(event, self.analyst, query=plan.text,
+                         classification={"kinds": list(p.kinds), "columns": list(p.columns),
+                                         "selected": p.selected, "detail": p.describe()},
+                         epsilon=charged.epsilon, delta=charged.delta, **fields)
+
+    @staticmethod
+    def _to_cache(r: Result) -> str:
+        acc = [None if a is None else [a.mechanism, a.noise_scale, a.ci95] for a in r.accuracy]
+        return encode({"columns": r.columns, "types": r.types, "db_types": r.db_types, "rows": r.rows,
+                       "accuracy": acc, "half_widths": r.half_widths, "tag": r.tag,
+                       "cost": [r.cost.epsilon, r.cost.delta], "surcharge": r.surcharge})
+
+    def _from_cache(self, payload: str) -> Result:
+        d = decode(payload)
+        acc = [None if a is None else Accuracy(*a) for a in d["accuracy"]]
+        return Result(d["columns"], d["types"], [tuple(r) for r in d["rows"]], "private", acc,
+                      [tuple(h) for h in d["half_widths"]], Cost(0.0, 0.0), self.spending(), tag=d["tag"],
+                      db_types=d["db_types"], cached=True)
 
     def _noise(self, plan: QueryPlan, rows: list[tuple], mechs, sel) -> postprocess.Table:
         """Partition selection, then noise on every measure of every released group."""
@@ -511,6 +583,14 @@ def _type_name(sql_type: str) -> str:
     fam = family(sql_type)
     return {"int": "number", "float": "number", "decimal": "number", "text": "string", "bool": "boolean",
             "date": "date", "timestamp": "timestamp"}.get(fam, "string")
+
+
+def _audit_path(policy: Policy) -> Path:
+    """The audit log: [reconstruction] audit_log, else beside the ledger (LEDGER.audit.jsonl)."""
+    if policy.reconstruction.audit_log is not None:
+        return policy.reconstruction.audit_log
+    ledger = _ledger_path(policy)
+    return ledger.with_name(ledger.stem + ".audit.jsonl")
 
 
 def _ledger_path(policy: Policy) -> Path:

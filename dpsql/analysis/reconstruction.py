@@ -46,13 +46,15 @@ through AND/OR by De Morgan (valid in SQL's three-valued logic), so that, for in
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from sqlglot import exp
 
 from dpsql.policy import TablePolicy
 
-__all__ = ["SubsetPattern", "classify", "identity_columns"]
+__all__ = ["SubsetPattern", "classify", "identity_columns", "auto_cap", "population_key", "CAP_CEILING",
+           "CAP_FLOOR"]
 
 _POINT = frozenset({"equality", "in_list", "or_chain"})
 _RANGE_CMP = (exp.LT, exp.LTE, exp.GT, exp.GTE)
@@ -66,6 +68,7 @@ class SubsetPattern:
     columns: tuple[str, ...]       # identity columns involved (privacy unit and/or identifier columns)
     selected: int | None           # identity values named (IN list length, OR-chain size, 1 for =); None for ranges
     population: str                # canonical text of the non-identity conjuncts, '' if none
+    named: frozenset[str] = frozenset()   # the identity values named, as 'column=literal' (query text, not data)
 
     def describe(self) -> str:
         """One line for EXPLAIN DP."""
@@ -100,7 +103,8 @@ def classify(where: exp.Expression | None, table: TablePolicy) -> SubsetPattern:
     if shape is None:
         return SubsetPattern(False, (), (), None, population)
     selected = len(shape.values) if shape.flag and shape.values is not None else None
-    return SubsetPattern(shape.flag, shape.kinds, tuple(sorted(shape.columns)), selected, population)
+    named = frozenset(f"{c}={v}" for c, v in shape.values) if shape.flag and shape.values is not None else frozenset()
+    return SubsetPattern(shape.flag, shape.kinds, tuple(sorted(shape.columns)), selected, population, named)
 
 
 # ----------------------------------------------------------------------------- normal form
@@ -237,3 +241,41 @@ def _leaf(node: exp.Expression, neg: bool, ids: frozenset[str]) -> _Shape:
     if isinstance(node, exp.Column):                                      # a boolean identity column
         return shape("equality", named(node, [exp.false() if neg else exp.true()]))
     return shape("other")                                                 # not produced by the analysis
+
+
+# ----------------------------------------------------------------------------- the cap
+
+CAP_FLOOR = 2       # the difference attack's pair (everyone, everyone but x) needs two; allow one subset
+CAP_CEILING = 16    # what any series may reach, however many identity values it names
+
+
+def auto_cap(named: int | None) -> int:
+    """The default ``max_subset_queries`` for a population whose subset queries have named
+    ``named`` distinct identity values so far (None: a range or another shape that names none).
+
+    Why this number. Reconstructing n secret bits from counts over subsets of n people needs
+    at least n / log2(n + 1) answers even when the answers are exact, since each count is one
+    of n + 1 values and carries at most log2(n + 1) bits (the information bound behind
+    Dinur & Nissim 2003's lower bound; their LP decoder needs on the order of n answers with
+    noise o(sqrt n)). The cap allows a quarter of that bound, so even noise-free answers could
+    pin down at most a quarter of the bits; dpsql's answers also carry noise and a surcharge.
+
+    n is read from the queries' text, never from the data: the true population size is itself
+    a count of people, and a refusal that depended on it would release it without noise. An
+    attacker can inflate the named set with identity values that match nobody, so the cap never
+    exceeds CAP_CEILING whatever is named; and shapes that name no values (ranges) get the
+    ceiling. The floor CAP_FLOOR keeps one-off lookups usable.
+    """
+    if named is None:
+        return CAP_CEILING
+    if named <= 0:
+        return CAP_FLOOR
+    bound = named / math.log2(named + 1)
+    return max(CAP_FLOOR, min(CAP_CEILING, int(bound // 4)))
+
+
+def population_key(table: str, aggregates: tuple[str, ...], pattern: SubsetPattern) -> str:
+    """What makes two subset queries probe the same population: the table, the aggregates
+    (sorted) and the canonical non-identity filter. A series is counted per key."""
+    aggs = ", ".join(sorted(set(aggregates)))
+    return f"{table} | {aggs} | {pattern.population or 'all rows'}"

@@ -14,6 +14,8 @@ Beyond PEP 249, a cursor reports how noisy its last result is:
                       half-width (None for exact values).
   cursor.cost         the (epsilon, delta) the last statement was charged, or None.
   cursor.statusmessage  e.g. "SELECT 3", or the budget status after a private query.
+  cursor.cached       True when the last private query repeated an identical earlier one and
+                      got its answer again, free of charge (the reconstruction defence's cache).
 Transactions: dpsql is read-only, so commit() and rollback() do nothing.
 """
 from __future__ import annotations
@@ -173,6 +175,10 @@ class Cursor:
     @property
     def cost(self):
         return self._result.cost if self._result is not None else None
+
+    @property
+    def cached(self) -> bool:
+        return bool(self._result is not None and self._result.cached)
 
     @property
     def statusmessage(self) -> str | None:

@@ -170,7 +170,9 @@ def databases(tmp_path_factory) -> dict[str, str]:
 
 def _policy(ledger: Path) -> dict:
     return {"budget": {"epsilon": 1e6, "delta": 0.5, "ledger": str(ledger)},
-            "defaults": {"epsilon": 1.0, "delta": 1e-5}, "tables": POLICY_TABLES}
+            "defaults": {"epsilon": 1.0, "delta": 1e-5}, "tables": POLICY_TABLES,
+            # each repeat must be a fresh release (the answer cache would repeat the first one)
+            "reconstruction": {"cache_lifetime": 0}}
 
 
 # ----------------------------------------------------------------------------- shapes

@@ -92,7 +92,9 @@ def ledger(tmp_path):
 def _connect(database: str, ledger: Path, seed: int, *settings: str):
     policy = {"budget": {"epsilon": 1e6, "delta": 0.5, "ledger": str(ledger)},
               "tables": {"people": {"privacy_unit": "pid",
-                                    "columns": {"age": {"lower": LO, "upper": HI}}}}}
+                                    "columns": {"age": {"lower": LO, "upper": HI}}}},
+              # each repeat must be a fresh release (the answer cache would repeat the first one)
+              "reconstruction": {"cache_lifetime": 0}}
     conn = dpsql.connect(database, policy=policy, analyst="tester", rng=SeededRng(seed))
     cur = conn.cursor()
     for stmt in (f"SET dpsql.epsilon = {EPSILON}", *settings):
