@@ -144,6 +144,8 @@ class Catalog:
     def _set(self, text: str) -> Reply | None:
         if _TXN_SETTING.match(text):
             return Reply([], [], "SET")
+        if re.match(r"(?is)^set\s+(session\s+|local\s+)?(role|session\s+authorization)\b", text):
+            raise QueryRejected("SET ROLE / SESSION AUTHORIZATION", "the user is fixed when the client logs in")
         m = _SET.match(text)
         if m is None:
             return None

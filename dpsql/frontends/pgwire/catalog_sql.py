@@ -160,7 +160,7 @@ def classify(sql: str) -> Translated:
             raise _refuse(f"pg_catalog.{name}", "it holds statistics about the data or server secrets")
         elif schema in ("", "pg_catalog") and ("pg_catalog", name) in RELATIONS:
             catalog.append((table, RELATIONS[("pg_catalog", name)]))
-        elif schema == "pg_catalog":
+        elif schema == "pg_catalog" or (not schema and name.startswith("pg_")):
             raise _refuse(f"pg_catalog.{name}", "dpsql does not emulate this catalog relation")
         elif schema == "information_schema":
             rel = RELATIONS.get(("information_schema", name))
