@@ -41,6 +41,7 @@ _AUTH_MESSAGE_LIMIT = 10_000
 _FLUSH_BYTES = 64 * 1024
 _TX_START = {"BEGIN", "START"}
 _TX_END = {"COMMIT", "END", "ROLLBACK", "ABORT"}
+_FRAMING = object()          # queue marker: the byte stream cannot be framed any more
 
 
 @dataclass
@@ -247,11 +248,19 @@ class _Client:
             self.server.clients.pop(self.pid, None)
         if self.session is not None:
             session, self.session = self.session, None
+            catalog, self.catalog = self.catalog, None
             loop = asyncio.get_running_loop()
+
+            def close() -> None:
+                try:
+                    if catalog is not None and hasattr(catalog, "close"):
+                        catalog.close()
+                finally:
+                    session.close()
             try:
-                await loop.run_in_executor(self.server.executor, session.close)
+                await loop.run_in_executor(self.server.executor, close)
             except RuntimeError:      # executor shut down: close here
-                session.close()
+                close()
             except Exception:
                 log.exception("closing the session of connection %d", self.pid)
         try:
@@ -398,7 +407,7 @@ class _Client:
                     try:
                         item = decoder.next()
                     except ProtocolViolation as err:
-                        await self.queue.put(("!", err))
+                        await self.queue.put((_FRAMING, err))
                         return
                     if item is None:
                         break
@@ -419,7 +428,7 @@ class _Client:
             if item is None:
                 return
             kind, body = item
-            if kind == "!":
+            if kind is _FRAMING:
                 self.send_error(body, fatal=True)
                 return
             if not await self._message(kind, body):
@@ -536,6 +545,15 @@ class _Client:
             ans = await loop.run_in_executor(self.server.executor, self._answer, sql, params, word)
         finally:
             self.running = False
+        if word == "DEALLOCATE":
+            name = strip_comments(sql).split()[-1].strip(' ;"')
+            if name.upper() == "ALL":
+                self.statements = {k: v for k, v in self.statements.items() if not k}
+            else:
+                self.statements.pop(name, None)
+        elif word == "DISCARD" and "ALL" in sql.upper():
+            self.statements = {k: v for k, v in self.statements.items() if not k}
+            self.portals = {k: v for k, v in self.portals.items() if not k}
         if word in _TX_START:
             self.tx = "T"
         elif word in _TX_END:
