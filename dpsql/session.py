@@ -434,8 +434,18 @@ class Session:
                          f"a group is released only if its noisy unit count exceeds {s.threshold:.2f}"))
         outputs = ", ".join(f"{o.name} = {o.text}" for o in plan.outputs)
         split = len(plan.noise) + (1 if sel is not None else 0)
-        rows.append(("charge", "total", plan.mechanism, None, plan.cost.epsilon, plan.cost.delta, None, None,
+        charged, surcharge, subset = self._charge_of(plan)
+        if surcharge:
+            rows.append(("surcharge", "selects people by identity", None, None, surcharge, 0.0, None, None,
+                         f"[reconstruction] surcharge {self.policy.reconstruction.surcharge:g} x epsilon "
+                         f"{plan.cost.epsilon:g}: charged, adds no noise"))
+        rows.append(("charge", "total", plan.mechanism, None, charged.epsilon, charged.delta, None, None,
                      f"epsilon split evenly over {split} noisy part(s); outputs: {outputs}"))
+        recon = self.policy.reconstruction
+        if recon.cache_lifetime > 0 and self.ledger.cached(self.analyst, self._answer_key(plan),
+                                                           recon.cache_lifetime) is not None:
+            rows.append(("cache", "identical earlier query", None, None, 0.0, 0.0, None, None,
+                         "running it again repeats the answer already released, free of charge"))
         t = plan.table
         if plan.bounded:
             how = (f"per-unit pre-aggregation on {t.privacy_unit}: at most {t.max_rows_per_unit} row(s) per group"
@@ -451,6 +461,12 @@ class Session:
         if plan.subset is not None:
             rows.append(("subset_selection", "flagged" if plan.subset.flagged else "none", None, None, None, None,
                          None, None, plan.subset.describe()))
+        if subset is not None:
+            st = self.ledger.subset_state(self.analyst, subset)
+            left = max(st.cap - st.answered, 0)
+            rows.append(("subset_series", f"{st.answered} of {st.cap} answered", None, None, None, None, None, None,
+                         f"population {st.population}: {left} more subset quer{'y' if left == 1 else 'ies'} "
+                         f"allowed ({'max_subset_queries' if recon.max_subset_queries is not None else 'cap derived from ' + (str(st.named) + ' identity values named' if st.named is not None else 'a series that names no values')})"))
         rows.append(("rewritten_sql", None, None, None, None, None, None, None, sql))
         return _explain_result(rows)
 
