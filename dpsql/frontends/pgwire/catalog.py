@@ -221,7 +221,7 @@ class Catalog:
         if name == "all":
             rows = [(canon, value, "") for canon, value in sorted(self.settings.values(), key=lambda x: x[0].lower())]
             return Reply([Column("name", 25), Column("setting", 25), Column("description", 25)], rows,
-                         f"SHOW")
+                         "SHOW")
         if name not in self.settings:
             raise QueryRejected(f"SHOW {name}", "unrecognized configuration parameter")
         canonical, value = self.settings[name]
@@ -316,7 +316,7 @@ _COMMANDS = {
 
 def _setting_value(value: str) -> str:
     """SET's value list as PostgreSQL shows it: quotes off, items joined by ', '."""
-    items, buf, i = [], "", 0
+    items = []
     parts = re.findall(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|[^,]+", value)
     for p in parts:
         p = p.strip()
