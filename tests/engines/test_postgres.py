@@ -183,6 +183,13 @@ def test_connection_object_and_urls(pg, people_pg, policy):
             assert cur.fetchone()[0] > 0
         assert not con.closed and con.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         assert con.execute("SELECT 1").fetchone() == (1,)
+        con.rollback()
+        engine = open_engine(con)
+        clone = engine.clone()                  # a connection of its own, on the same database
+        assert clone.run("SELECT COUNT(*) FROM regions").rows == [(3,)]
+        clone.close()
+        engine.close()
+        assert not con.closed
     finally:
         con.close()
     short = "postgres://" + people_pg.split("://", 1)[1]

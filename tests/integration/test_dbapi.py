@@ -359,6 +359,15 @@ def test_negated_predicates_keep_their_negation(conn, people_db):
     assert abs(noisy - exact) < 20 / 9          # Laplace scale 1/9: e^-20 false failure
 
 
+def test_having_is_not_null_keeps_its_negation(conn):
+    """PostgreSQL's parser marks IS NOT NULL as a negated IS: HAVING must keep the NOT."""
+    cur = conn.cursor()
+    cur.execute("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex HAVING n IS NOT NULL")
+    assert sorted(r[0] for r in cur.fetchall()) == ["F", "M"]
+    cur.execute("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex HAVING n IS NULL")
+    assert cur.fetchall() == []
+
+
 def test_explain_dp_shows_subset_selection(conn):
     cur = conn.cursor()
     before = spent(cur)
