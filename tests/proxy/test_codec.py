@@ -244,3 +244,12 @@ def test_scram_tampered_nonce():
     final = c.final(s.first(c.first())).replace(b"r=", b"r=X", 1)
     with pytest.raises(ProtocolViolation):
         s.final(final)
+
+
+def test_param_casts_are_dropped_and_typed():
+    from dpsql.frontends.pgwire.types import strip_param_casts
+    sql, types = strip_param_casts("SELECT COUNT(*) FROM people WHERE age > $1::INTEGER AND s = $2::varchar(2) "
+                                   "AND x = $3::double precision AND y = $4::regclass AND z = '$5::int'")
+    assert sql == ("SELECT COUNT(*) FROM people WHERE age > $1 AND s = $2 AND x = $3 AND y = $4::regclass "
+                   "AND z = '$5::int'")
+    assert types == {1: 23, 2: 1043, 3: 701}

@@ -30,7 +30,7 @@ from typing import Any
 from dpsql.errors import AuthenticationFailed, EngineError, Error, InternalError, ProtocolViolation
 from dpsql.frontends.pgwire import auth as _auth
 from dpsql.frontends.pgwire import codec
-from dpsql.frontends.pgwire.types import infer_param_oids, pg_type
+from dpsql.frontends.pgwire.types import infer_param_oids, pg_type, strip_param_casts
 from dpsql.sqltext import only_comments, split_statements, strip_comments
 
 log = logging.getLogger("dpsql.server")
@@ -48,6 +48,7 @@ _FRAMING = object()          # queue marker: the byte stream cannot be framed an
 class _Prepared:
     sql: str
     param_oids: list[int]
+    session_sql: str = ""          # the text for the Session: `$n::type` casts dropped (see types.py)
     inferred: list[int] | None = None
 
 
@@ -528,7 +529,7 @@ class _Client:
                 vals = [codec.encode_value(v, oid, fmt) for v, (oid, fmt) in zip(row, spec)]
             self.send(codec.data_row(vals))
 
-    async def _run(self, sql: str, params: list | None) -> _Answer:
+    async def _run(self, sql: str, params: list | None, session_sql: str | None = None) -> _Answer:
         """One statement through the transaction rules, the catalog and the Session."""
         word = _first_word(sql)
         if self.tx == "E":
@@ -542,7 +543,8 @@ class _Client:
         loop = asyncio.get_running_loop()
         self.running = True
         try:
-            ans = await loop.run_in_executor(self.server.executor, self._answer, sql, params, word)
+            ans = await loop.run_in_executor(self.server.executor, self._answer, sql, params, word,
+                                             session_sql or sql)
         finally:
             self.running = False
         if word == "DEALLOCATE":
@@ -560,7 +562,7 @@ class _Client:
             self.tx = "T" if (word == "ROLLBACK" and _rollback_to(sql)) else "I"
         return ans
 
-    def _answer(self, sql: str, params: list | None, word: str) -> _Answer:
+    def _answer(self, sql: str, params: list | None, word: str, session_sql: str) -> _Answer:
         """In a worker thread: the catalog's reply, else the Session's result, as an _Answer."""
         reply = None
         if self.catalog is not None:
@@ -573,7 +575,7 @@ class _Client:
         session = self.session
         if session is None:
             raise InternalError("the session is closed")
-        res = session.execute(sql, params)
+        res = session.execute(session_sql, params)
         if res.tag == "EMPTY":
             return _Answer([], [], "", empty=True)
         types = res.db_types or ["VARCHAR"] * len(res.columns)
@@ -589,7 +591,11 @@ class _Client:
         if isinstance(msg, codec.Parse):
             if msg.name and msg.name in self.statements:
                 raise _state_error("42P05", f'prepared statement "{msg.name}" already exists')
-            self.statements[msg.name] = _Prepared(msg.sql, list(msg.param_oids))
+            session_sql, casts = strip_param_casts(msg.sql)
+            oids = list(msg.param_oids) + [0] * max(0, max(casts, default=0) - len(msg.param_oids))
+            for n, oid in casts.items():
+                oids[n - 1] = oids[n - 1] or oid
+            self.statements[msg.name] = _Prepared(msg.sql, oids, session_sql)
             self.send(codec.PARSE_COMPLETE)
         elif isinstance(msg, codec.Bind):
             stmt = self.statements.get(msg.statement)
@@ -643,7 +649,7 @@ class _Client:
                     tables = self.session.schema.columns
                 except Exception:
                     tables = {}
-            stmt.inferred = infer_param_oids(stmt.sql, stmt.param_oids, tables)
+            stmt.inferred = infer_param_oids(stmt.session_sql or stmt.sql, stmt.param_oids, tables)
         return stmt.inferred
 
     def _decode_params(self, stmt: _Prepared, bind: codec.Bind) -> list:
@@ -672,14 +678,15 @@ class _Client:
         loop = asyncio.get_running_loop()
         self.running = True
         try:
-            cols = await loop.run_in_executor(self.server.executor, self._describe, stmt.sql, oids)
+            cols = await loop.run_in_executor(self.server.executor, self._describe, stmt, oids)
         finally:
             self.running = False
         self.send(codec.parameter_description(oids))
         fields = [codec.Field(n, oid, size, mod) for n, oid, size, mod in cols]
         self.send(codec.row_description(fields) if fields else codec.NO_DATA)
 
-    def _describe(self, sql: str, oids: list[int]) -> list[tuple[str, int, int, int]]:
+    def _describe(self, stmt: _Prepared, oids: list[int]) -> list[tuple[str, int, int, int]]:
+        sql = stmt.sql
         word = _first_word(sql)
         if self.catalog is not None:
             cols = self.catalog.describe(sql)
@@ -691,7 +698,7 @@ class _Client:
                 not _mentions_dpsql(sql):
             return []
         dummy = [_dummy(o) for o in oids] if oids else None
-        names, types = self.session.describe(sql, dummy)
+        names, types = self.session.describe(stmt.session_sql or sql, dummy)
         out = []
         for n, t in zip(names, types):
             pt = pg_type(t)
@@ -700,7 +707,8 @@ class _Client:
 
     async def _execute_portal(self, portal: _Portal) -> None:
         if portal.result is None:
-            portal.result = await self._run(portal.statement.sql, portal.params or None)
+            st = portal.statement
+            portal.result = await self._run(st.sql, portal.params or None, st.session_sql)
 
     @staticmethod
     def _portal_fields(portal: _Portal) -> list[codec.Field]:

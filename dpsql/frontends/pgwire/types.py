@@ -152,3 +152,39 @@ def _placeholder_type(ph, columns: dict[str, str]) -> int | None:
         if t is not None:
             return pg_type(t).oid
     return None
+
+
+_PARAM_CAST = re.compile(r"\$(\d+)::\s*([A-Za-z_]\w*(?:\s+precision|\s+varying|\s+with(?:out)?\s+time\s+zone)?"
+                         r"(?:\s*\(\s*\d+(?:\s*,\s*\d+)?\s*\))?)(?![\w.\[]|\s*\[)", re.I)
+
+
+def strip_param_casts(sql: str) -> tuple[str, dict[int, int]]:
+    """`$1::INTEGER` -> `$1`, with parameter 1 typed int4 (SQLAlchemy and others write such casts).
+
+    The cast applies to the parameter alone, and the proxy decodes the value into that type before
+    the Session binds it as a literal, so dropping it keeps the meaning. Only casts to built-in types
+    are dropped; anything else is left for the Session to judge. Quotes and comments are untouched."""
+    if "::" not in sql:
+        return sql, {}
+    from dpsql.sqltext import skip
+    out, types, i, n = [], {}, 0, len(sql)
+    while i < n:
+        c = sql[i]
+        if c == "$" and (m := _PARAM_CAST.match(sql, i)):
+            name = m.group(2).strip()
+            t = pg_type(name)
+            if t is not TEXT or name.lower() in ("text", "varchar", "character varying"):
+                num = int(m.group(1))
+                types.setdefault(num, t.oid)
+                out.append(f"${num}")
+                i = m.end()
+                continue
+        if c in "'\"-/$":
+            kind, end, _ = skip(sql, i)
+            if kind != "code":
+                out.append(sql[i:end])
+                i = end
+                continue
+        out.append(c)
+        i += 1
+    return "".join(out), types
