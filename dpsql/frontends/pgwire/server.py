@@ -30,7 +30,7 @@ from typing import Any
 from dpsql.errors import AuthenticationFailed, EngineError, Error, InternalError, ProtocolViolation
 from dpsql.frontends.pgwire import auth as _auth
 from dpsql.frontends.pgwire import codec
-from dpsql.frontends.pgwire.types import infer_param_oids, pg_type, strip_param_casts
+from dpsql.frontends.pgwire.types import infer_param_oids, named_params, param_count, pg_type, strip_param_casts
 from dpsql.sqltext import only_comments, split_statements, strip_comments
 
 log = logging.getLogger("dpsql.server")
@@ -575,7 +575,7 @@ class _Client:
         session = self.session
         if session is None:
             raise InternalError("the session is closed")
-        res = session.execute(session_sql, params)
+        res = session.execute(session_sql, _mapping(params))
         if res.tag == "EMPTY":
             return _Answer([], [], "", empty=True)
         types = res.db_types or ["VARCHAR"] * len(res.columns)
@@ -595,7 +595,7 @@ class _Client:
             oids = list(msg.param_oids) + [0] * max(0, max(casts, default=0) - len(msg.param_oids))
             for n, oid in casts.items():
                 oids[n - 1] = oids[n - 1] or oid
-            self.statements[msg.name] = _Prepared(msg.sql, oids, session_sql)
+            self.statements[msg.name] = _Prepared(msg.sql, oids, named_params(session_sql))
             self.send(codec.PARSE_COMPLETE)
         elif isinstance(msg, codec.Bind):
             stmt = self.statements.get(msg.statement)
@@ -649,7 +649,7 @@ class _Client:
                     tables = self.session.schema.columns
                 except Exception:
                     tables = {}
-            stmt.inferred = infer_param_oids(stmt.session_sql or stmt.sql, stmt.param_oids, tables)
+            stmt.inferred = infer_param_oids(stmt.sql, stmt.param_oids, tables)
         return stmt.inferred
 
     def _decode_params(self, stmt: _Prepared, bind: codec.Bind) -> list:
@@ -657,6 +657,10 @@ class _Client:
         fmts = bind.param_formats
         if len(fmts) not in (0, 1, n):
             raise ProtocolViolation(f"bind message has {len(fmts)} parameter formats but {n} parameters")
+        expected = max(param_count(stmt.sql), len(stmt.param_oids))
+        if n != expected:
+            raise ProtocolViolation(f"bind message supplies {n} parameters, but prepared statement "
+                                    f"\"{bind.statement}\" requires {expected}")
         oids = stmt.param_oids + [0] * max(0, n - len(stmt.param_oids))
         if any(o == 0 for o in oids[:n]):
             inferred = self._param_oids(stmt)
@@ -698,7 +702,7 @@ class _Client:
                 not _mentions_dpsql(sql):
             return []
         dummy = [_dummy(o) for o in oids] if oids else None
-        names, types = self.session.describe(stmt.session_sql or sql, dummy)
+        names, types = self.session.describe(stmt.session_sql or sql, _mapping(dummy))
         out = []
         for n, t in zip(names, types):
             pt = pg_type(t)
@@ -782,6 +786,13 @@ def _fallback(sql: str, word: str):
     if word == "SET" and _DRIVER_SETTINGS.match(strip_comments(sql)):
         return SimpleNamespace(columns=[], rows=[], tag="SET")
     return None
+
+
+def _mapping(params: list | None) -> dict | None:
+    """Positional Bind values as the named parameters of named_params(): {"p1": v1, ...}."""
+    if not params:
+        return None
+    return {f"p{i}": v for i, v in enumerate(params, 1)}
 
 
 def _text_params(params: list | None) -> list[str | None] | None:

@@ -188,3 +188,27 @@ def strip_param_casts(sql: str) -> tuple[str, dict[int, int]]:
         out.append(c)
         i += 1
     return "".join(out), types
+
+
+def named_params(sql: str) -> str:
+    """`$1` -> `:p1` outside quotes and comments. The Session binds `:name` placeholders from a
+    mapping in every engine dialect (sqlglot reads `$1` as a placeholder for DuckDB only)."""
+    if "$" not in sql:
+        return sql
+    from dpsql.sqltext import skip
+    out, i, n = [], 0, len(sql)
+    while i < n:
+        c = sql[i]
+        if c == "$" and (m := _PARAM.match(sql, i)) and not (i and (sql[i - 1].isalnum() or sql[i - 1] == "_")):
+            out.append(f":p{int(m.group(1))}")
+            i = m.end()
+            continue
+        if c in "'\"-/$":
+            kind, end, _ = skip(sql, i)
+            if kind != "code":
+                out.append(sql[i:end])
+                i = end
+                continue
+        out.append(c)
+        i += 1
+    return "".join(out)
