@@ -42,7 +42,8 @@ def test_queries_and_parameters(pg_proxy):
 
 def test_no_leaked_engine_connections(pg_proxy):
     proxy, server = pg_proxy
-    base = _connections(server)
+    assert wait_for(lambda: proxy.open_sessions() == 0)
+    base = _connections(server)          # the backend's own connection
     for i in range(50):
         c = psycopg.connect(proxy.dsn(f"user{i % 20}"), autocommit=True)
         if i % 2:
