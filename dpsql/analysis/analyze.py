@@ -115,10 +115,21 @@ def analyze(tree: exp.Expression, policy: Policy, schema: Schema, settings: Sett
             dialect: str = "duckdb") -> QueryPlan | PublicQuery:
     """Check the query against the subset and the policy; build its plan."""
     _refuse_statement_kind(tree)
+    _refuse_qualified_names(tree)
     protected = _protected_tables(tree, policy)
     if not protected:
         return _public(tree, schema, dialect)
     return _Analysis(tree, policy, schema, settings, dialect).plan()
+
+
+def _refuse_qualified_names(tree: exp.Expression) -> None:
+    """Tables are named plainly: `other_schema.t` or `db.main.t` could read a table the policy and the
+    engine's catalog checks never saw (a copy of a protected table in another schema, an attached file)."""
+    for t in tree.find_all(exp.Table):
+        if t.args.get("db") or t.args.get("catalog"):
+            raise QueryRejected("a schema-qualified table name",
+                                "dpsql reads tables from the database's default schema only",
+                                "use the table's plain name")
 
 
 def _refuse_statement_kind(tree: exp.Expression) -> None:
