@@ -192,7 +192,9 @@ class Cursor:
 def connect(target: Any = None, *, policy: Any = None, analyst: str | None = None, **options: Any) -> Connection:
     """Open a private connection.
 
-    target: a DuckDB file path, ':memory:', 'duckdb:///path' or a duckdb connection;
+    target: a DuckDB file path, ':memory:', 'duckdb:///path' or a duckdb connection; a PostgreSQL
+            URL 'postgresql://user@host:port/db' or a psycopg connection (connect as a role that may
+            only SELECT; options: schema=, statement_timeout= seconds, connect_timeout=);
             None opens the bundled demo (its own policy and analyst by default).
     policy: a TOML file path or a dict of the same structure.
     analyst: whose budget is charged.
