@@ -56,10 +56,12 @@ def open_engine(target: Any, **options: Any) -> Engine:
     - DuckDB: a file path, ':memory:', 'duckdb:///path', or a duckdb connection object;
     - PostgreSQL: 'postgresql://user@host:port/db' (or 'postgres://...'; any libpq
       URL or conninfo parameters), or a psycopg 3 Connection (used as it is, not closed);
-    - later: spark://...
+    - Spark: 'spark://local[*]' (local mode), 'spark://host:port' (a standalone master),
+      'spark://yarn', 'spark://k8s://...', or a SparkSession (used as it is, not stopped);
 
     Engine modules are imported lazily, by scheme. `options` go to the engine class
-    (DuckDB: threads, memory_limit; PostgreSQL: schema, statement_timeout, connect_timeout).
+    (DuckDB: threads, memory_limit; PostgreSQL: schema, statement_timeout, connect_timeout;
+    Spark: conf, shuffle_partitions, executor_memory, executor_cores).
     """
     from dpsql.errors import InterfaceError
     if isinstance(target, str):
@@ -68,10 +70,11 @@ def open_engine(target: Any, **options: Any) -> Engine:
             from dpsql.engines.postgres import PostgresEngine
             return PostgresEngine(target, **options)
         if scheme == "spark":
-            raise InterfaceError("the Spark backend is not available in this version")
+            from dpsql.engines.spark import SparkEngine
+            return SparkEngine(target, **options)
         if scheme not in ("", "duckdb"):
             raise InterfaceError(f"unknown target scheme {scheme!r}: use a DuckDB file path, "
-                                 "':memory:', duckdb:///path or postgresql://...")
+                                 "':memory:', duckdb:///path, postgresql://... or spark://...")
         path = target
         if scheme == "duckdb":   # SQLAlchemy style: duckdb:///rel.db, duckdb:////abs.db, duckdb:///:memory:
             path = target.split("://", 1)[1]
@@ -84,4 +87,7 @@ def open_engine(target: Any, **options: Any) -> Engine:
     if type(target).__module__.startswith("psycopg") and type(target).__name__ == "Connection":
         from dpsql.engines.postgres import PostgresEngine
         return PostgresEngine(target, **options)
+    if type(target).__module__.startswith("pyspark") and type(target).__name__ == "SparkSession":
+        from dpsql.engines.spark import SparkEngine
+        return SparkEngine(target, **options)
     raise InterfaceError(f"unsupported target of type {type(target).__name__}")

@@ -53,7 +53,7 @@ def clamp(value: exp.Expression, lo: Fraction | int, hi: Fraction | int) -> exp.
                     default=value.copy())
 
 
-def scaled_row_value(column: exp.Expression, m: Measure) -> exp.Expression:
+def scaled_row_value(column: exp.Expression, m: Measure, dialect: str = "duckdb") -> exp.Expression:
     """One row's value as an exact integer in [lo*scale, hi*scale] (NULL stays NULL).
 
     Integer columns with whole bounds: the clamped value itself. Otherwise: clamp in the
@@ -64,7 +64,10 @@ def scaled_row_value(column: exp.Expression, m: Measure) -> exp.Expression:
     if m.scale == 1:
         return clamp(column, m.lo_int, m.hi_int)
     v = clamp(column, m.lo, m.hi)
-    v = exp.Cast(this=exp.Mul(this=v, expression=exp.Literal.number(m.scale)), to=exp.DataType.build("BIGINT"))
+    v = exp.Mul(this=v, expression=exp.Literal.number(m.scale))
+    if dialect == "spark":       # Spark's CAST truncates; ROUND rounds half away from zero, as DuckDB's CAST
+        v = exp.Round(this=v)
+    v = exp.Cast(this=v, to=exp.DataType.build("BIGINT"))
     return clamp(v, m.lo_int, m.hi_int)
 
 

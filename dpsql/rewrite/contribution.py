@@ -29,6 +29,7 @@ from dpsql.analysis.plan import QueryPlan
 from dpsql.rewrite import aggregates, partitions
 
 SALT = "salt"
+_ARG_MIN = {"duckdb": "arg_min", "spark": "min_by"}    # the key with the smallest salted hash
 
 
 def _salted_hash(unit: exp.Expression, keys: list[exp.Expression], dialect: str) -> exp.Expression:
@@ -64,8 +65,17 @@ def base_filter(plan: QueryPlan, domain: bool = True) -> exp.Expression | None:
     return out
 
 
-def _table(plan: QueryPlan) -> exp.Table:
+def _table(plan: QueryPlan, dialect: str) -> exp.Table:
+    """The protected table. On Spark a source that names files (a path: it has a `/` or ends
+    in .parquet) is one quoted identifier: the engine registers the files as a temporary view
+    of that name (dpsql.engines.spark, the same test)."""
+    if dialect == "spark" and _is_path(plan.table_ref):
+        return exp.Table(this=exp.to_identifier(plan.table_ref, quoted=True))
     return exp.to_table(plan.table_ref)
+
+
+def _is_path(source: str) -> bool:
+    return "/" in source or "\\" in source or source.lower().endswith(".parquet")
 
 
 def _select(columns: list[exp.Expression], source: exp.Expression, where: exp.Expression | None,
@@ -89,10 +99,10 @@ def bounded(plan: QueryPlan, dialect: str) -> exp.Select:
         order = exp.Ordered(this=_salted_hash(exp.column(unit), [exp.column(k.column) for k in plan.keys], dialect))
         rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(unit)], order=exp.Order(expressions=[order]))
         inner_cols.append(exp.alias_(rank, "_rank", copy=False))
-    inner = _select(inner_cols, _table(plan), base_filter(plan),
+    inner = _select(inner_cols, _table(plan, dialect), base_filter(plan),
                     [exp.column(unit)] + [exp.column(k.column) for k in plan.keys])
     outer_cols = [exp.column(k.name) for k in plan.keys]
-    outer_cols += [exp.alias_(aggregates.bounded_total(m, rows), m.name, copy=False) for m in plan.measures]
+    outer_cols += [exp.alias_(aggregates.bounded_total(m, rows, dialect), m.name, copy=False) for m in plan.measures]
     outer_cols += partitions.units_column(plan)
     keep = None
     if plan.group_choice:
@@ -105,8 +115,8 @@ def units_only(plan: QueryPlan, dialect: str) -> exp.Select | None:
     """Every measure is COUNT(*) and max_rows_per_unit = 1: each kept unit adds exactly 1.
 
     Without a group choice, a group's bounded count is its number of distinct units.
-    With one group per unit on DuckDB, the unit's group is the one with the smallest
-    salted hash, found by ARG_MIN in a single per-unit aggregation (the same bound as
+    With one group per unit on DuckDB or Spark, the unit's group is the one with the smallest
+    salted hash, found by ARG_MIN (Spark: MIN_BY) in a single per-unit aggregation (the same bound as
     the ranked rewrite: one group per unit, 1 in it). Else None: use the general path.
     """
     unit = exp.column(plan.table.privacy_unit)
@@ -116,13 +126,13 @@ def units_only(plan: QueryPlan, dialect: str) -> exp.Select | None:
         cols += [exp.alias_(count_units.copy(), m.name, copy=False) for m in plan.measures]
         if plan.selection is not None:
             cols.append(exp.alias_(count_units.copy(), "_units", copy=False))
-        return _select(cols, _table(plan), base_filter(plan), [exp.column(k.column) for k in plan.keys])
-    if dialect != "duckdb" or len(plan.keys) != 1 or plan.table.max_groups_per_unit != 1:
+        return _select(cols, _table(plan, dialect), base_filter(plan), [exp.column(k.column) for k in plan.keys])
+    if dialect not in _ARG_MIN or len(plan.keys) != 1 or plan.table.max_groups_per_unit != 1:
         return None
     key = exp.column(plan.keys[0].column)
-    chosen = exp.Anonymous(this="arg_min", expressions=[key, _salted_hash(exp.column(plan.table.privacy_unit),
+    chosen = exp.Anonymous(this=_ARG_MIN[dialect], expressions=[key, _salted_hash(exp.column(plan.table.privacy_unit),
                                                                           [key.copy()], dialect)])
-    inner = _select([exp.alias_(chosen, plan.keys[0].name, copy=False)], _table(plan), base_filter(plan), [unit])
+    inner = _select([exp.alias_(chosen, plan.keys[0].name, copy=False)], _table(plan, dialect), base_filter(plan), [unit])
     cols = [exp.column(plan.keys[0].name)]
     cols += [exp.alias_(exp.Count(this=exp.Star()), m.name, copy=False) for m in plan.measures]
     if plan.selection is not None:
@@ -138,7 +148,7 @@ def unique_unit(plan: QueryPlan, dialect: str) -> exp.Select:
     cols += partitions.units_column(plan)
     # With no group choice, filtering groups after aggregation equals filtering rows
     # before it, and engines do the former much faster (an IN list over every row).
-    sel = _select(cols, _table(plan), base_filter(plan, domain=False), [exp.column(k.column) for k in plan.keys])
+    sel = _select(cols, _table(plan, dialect), base_filter(plan, domain=False), [exp.column(k.column) for k in plan.keys])
     keep = partitions.domain_filter(plan)
     if keep:
         sel.set("having", exp.Having(this=partitions.opaque(keep)))
