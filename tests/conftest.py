@@ -1,10 +1,13 @@
 """Shared fixtures: a small DuckDB database with people/visits and a policy for it, and the
-same data in PostgreSQL (one database per test session, dropped at the end).
+same data in PostgreSQL (one database per test session, dropped at the end) and in Spark
+(Parquet files written by DuckDB, external tables in one local SparkSession for the whole
+test session).
 
-Engine-parametrized tests take `target` (a DuckDB path or a PostgreSQL URL holding the same
-tables) or `conn` (a dpsql connection on it). PostgreSQL: the server at $DPSQL_TEST_POSTGRES
-(default postgresql://postgres@127.0.0.1:5432/test); when it is unreachable its tests skip,
-or fail when CI=true.
+Engine-parametrized tests take `target` (a DuckDB path, a PostgreSQL URL or a spark:// URL
+holding the same tables) or `conn` (a dpsql connection on it). PostgreSQL: the server at
+$DPSQL_TEST_POSTGRES (default postgresql://postgres@127.0.0.1:5432/test); when it is
+unreachable its tests skip, or fail when CI=true. Spark (marker `spark`): pyspark and Java;
+when they are missing its tests skip, or fail when CI=true.
 """
 from __future__ import annotations
 
@@ -19,7 +22,9 @@ import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
-ENGINES = ["duckdb", "postgres"]   # later: "spark"
+ENGINES = ["duckdb", "postgres", pytest.param("spark", marks=pytest.mark.spark)]
+SPARK_MASTER = "local[2]"
+SPARK_TARGET = "spark://" + SPARK_MASTER
 POSTGRES_DSN = os.environ.get("DPSQL_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 
 
@@ -161,11 +166,68 @@ def people_pg(postgres_server, people_db) -> str:
         yield dsn
 
 
+def export_parquet(duckdb_path: str, directory: Path) -> dict[str, str]:
+    """Each base table of a DuckDB database as one Parquet file (DuckDB's COPY): {table: path}."""
+    directory.mkdir(parents=True, exist_ok=True)
+    src = duckdb.connect(duckdb_path, read_only=True)
+    try:
+        tables = [r[0] for r in src.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' "
+                                            "ORDER BY table_name").fetchall()]
+        out = {}
+        for t in tables:
+            out[t] = str(directory / f"{t}.parquet")
+            src.execute(f"COPY \"{t}\" TO '{out[t]}' (FORMAT parquet)")
+        return out
+    finally:
+        src.close()
+
+
+@pytest.fixture(scope="session")
+def spark_session(tmp_path_factory):
+    """The one local SparkSession of the test session (engines on spark://local[2] reuse its
+    SparkContext); skip when pyspark or Java is missing (fail when CI=true)."""
+    try:
+        from pyspark.sql import SparkSession
+        spark = (SparkSession.builder.master(SPARK_MASTER).appName("dpsql-tests")
+                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.sql.shuffle.partitions", "4").config("spark.default.parallelism", "2")
+                 .config("spark.sql.session.timeZone", "UTC")
+                 .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("spark-warehouse")))
+                 .config("spark.driver.memory", "1g").getOrCreate())
+    except Exception as err:     # ImportError, or Java missing (pyspark raises its own errors)
+        why = f"Spark unavailable: {type(err).__name__}: {err}"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    spark.sparkContext.setLogLevel("ERROR")
+    yield spark
+    spark.stop()
+
+
+def register_parquet(spark, tables: dict[str, str], database: str = "default") -> None:
+    """Parquet files as external catalog tables (shared by every session of the SparkContext)."""
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
+    for name, path in tables.items():
+        spark.sql(f"CREATE TABLE IF NOT EXISTS `{database}`.`{name}` USING parquet LOCATION '{path}'")
+
+
+@pytest.fixture(scope="session")
+def people_spark(spark_session, people_db, tmp_path_factory) -> str:
+    """The people_db tables (and people_view) as Parquet-backed tables in the test SparkSession;
+    a spark:// URL to them. No PRIMARY KEY or NOT NULL in Spark: people_pk is bounded like people."""
+    files = export_parquet(people_db, tmp_path_factory.mktemp("parquet"))
+    register_parquet(spark_session, files)
+    spark_session.sql("CREATE VIEW IF NOT EXISTS people_view AS SELECT * FROM people")
+    return SPARK_TARGET
+
+
 @pytest.fixture(params=ENGINES)
 def target(request, people_db) -> str:
-    """people_db on each engine: a DuckDB path, or a PostgreSQL URL with the same tables."""
+    """people_db on each engine: a DuckDB path, a PostgreSQL URL or a spark:// URL with the same tables."""
     if request.param == "postgres":
         return request.getfixturevalue("people_pg")
+    if request.param == "spark":
+        return request.getfixturevalue("people_spark")
     return people_db
 
 

@@ -9,7 +9,8 @@ from tests.rewrite.test_golden import GOLDEN, _split
 
 def _goldens():
     for path in sorted(GOLDEN.glob("*/*.sql")):
-        yield pytest.param(path, id=f"{path.parent.name}/{path.stem}")
+        marks = [pytest.mark.spark] if path.parent.name == "spark" else []
+        yield pytest.param(path, id=f"{path.parent.name}/{path.stem}", marks=marks)
 
 
 @pytest.mark.parametrize("path", list(_goldens()))
@@ -19,6 +20,10 @@ def test_golden_rewrite_runs_on_its_engine(path, people_db, request):
         from dpsql.engines.postgres import PostgresEngine
         engine = PostgresEngine(request.getfixturevalue("people_pg"))
         placeholder = f"%({SALT})s"
+    elif dialect == "spark":
+        from dpsql.engines.spark import SparkEngine
+        engine = SparkEngine(request.getfixturevalue("people_spark"))
+        placeholder = f":{SALT}"
     else:
         from dpsql.engines.duckdb import DuckDBEngine
         engine = DuckDBEngine(people_db)

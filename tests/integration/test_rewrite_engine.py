@@ -10,7 +10,7 @@ import pytest
 import dpsql
 from dpsql.rewrite import contribution
 from dpsql.session import Session
-from tests.conftest import ENGINES, copy_to_postgres
+from tests.conftest import ENGINES, SPARK_TARGET, copy_to_postgres, export_parquet
 
 
 def _drop_schema(dsn: str, schema: str) -> None:
@@ -38,8 +38,8 @@ def test_units_only_shape_equals_the_general_rewrite(conn, sql, salt):
     assert plan.units_only
     dialect = session.engine.dialect
     special = contribution.units_only(plan, dialect)
-    if special is None:         # ARG_MIN's one-group shape is DuckDB's only
-        assert dialect != "duckdb" and plan.group_choice
+    if special is None:         # ARG_MIN's (MIN_BY's) one-group shape is DuckDB's and Spark's only
+        assert dialect not in ("duckdb", "spark") and plan.group_choice
         return
     assert _run(session, special, salt) == _run(session, contribution.bounded(plan, dialect), salt)
 
@@ -57,8 +57,11 @@ def test_exact_clamps_hold_at_a_bound_doubles_cannot_scale_exactly(tmp_path, eng
         target, options = request.getfixturevalue("people_pg"), {"schema": "edge"}
         copy_to_postgres(path, target, schema="edge")
         request.addfinalizer(lambda: _drop_schema(target, "edge"))
-    pol = {"budget": {"epsilon": 100.0, "ledger": str(tmp_path / "l.sqlite")},
-           "tables": {"t": {"privacy_unit": "id", "columns": {"x": {"lower": 0, "upper": hi}}}}}
+    table = {"privacy_unit": "id", "columns": {"x": {"lower": 0, "upper": hi}}}
+    if engine == "spark":       # the table as a Parquet file, read through the policy's source
+        request.getfixturevalue("spark_session")
+        target, table["source"] = SPARK_TARGET, export_parquet(path, tmp_path / "parquet")["t"]
+    pol = {"budget": {"epsilon": 100.0, "ledger": str(tmp_path / "l.sqlite")}, "tables": {"t": table}}
     conn = dpsql.connect(target, policy=pol, analyst="a", **options)
     session = conn.session
     plan = session.plan("SELECT SUM(x) FROM t")
