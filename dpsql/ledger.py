@@ -275,10 +275,25 @@ class Ledger:
         """Keep a released answer for identical repeats; drop this analyst's entries older than max_age."""
         analyst = _name("analyst", analyst)
         now = time.time()
-        with self._transaction() as db:
-            db.execute("DELETE FROM answers WHERE analyst = ? AND at < ?", (analyst, now - max_age))
-            db.execute("INSERT OR REPLACE INTO answers (analyst, key, at, payload) VALUES (?, ?, ?, ?)",
-                       (analyst, key, now, payload))
+        # Not fsync'd (synchronous=NORMAL for this one commit): a cache entry lost in a crash only
+        # means the next repeat is charged again, the safe direction. The next charge's FULL commit
+        # syncs the log, this entry included.
+        # The connection is held throughout, so no charge can commit while it is NORMAL.
+        with self._use() as db:
+            db.execute("PRAGMA synchronous=NORMAL")
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    db.execute("DELETE FROM answers WHERE analyst = ? AND at < ?", (analyst, now - max_age))
+                    db.execute("INSERT OR REPLACE INTO answers (analyst, key, at, payload) VALUES (?, ?, ?, ?)",
+                               (analyst, key, now, payload))
+                    db.execute("COMMIT")
+                except BaseException:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    raise
+            finally:
+                db.execute("PRAGMA synchronous=FULL")
 
     def spending(self, analyst: str, *, epsilon_total: float, delta_total: float) -> Spending:
         """The analyst's spending so far and what is left of the given totals (never below 0)."""

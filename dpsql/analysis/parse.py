@@ -66,7 +66,7 @@ def classify(text: str, params: Sequence[Any] | Mapping[str, Any] | None = None,
     tree = parse_sql(head, dialect)
     if params is not None:
         tree = bind_params(tree, params)
-    elif tree.find(exp.Placeholder):
+    elif any(_is_holder(n) for n in tree.find_all(exp.Placeholder, exp.Parameter)):
         raise QueryRejected("a query parameter", "the query has placeholders but no parameters were given")
     return Statement("query", tree=tree, text=text)
 
@@ -104,16 +104,24 @@ def _unquote(value: str) -> str:
     return value
 
 
+def _is_holder(node: exp.Expression) -> bool:
+    """?, :name and $n placeholders; the postgres dialect reads $n as a Parameter of a number."""
+    if isinstance(node, exp.Placeholder):
+        return True
+    return (isinstance(node, exp.Parameter) and isinstance(node.this, exp.Literal)
+            and not node.this.is_string and node.this.name.isdigit())
+
+
 def bind_params(tree: exp.Expression, params: Sequence[Any] | Mapping[str, Any]) -> exp.Expression:
     """Replace ?, $n and :name placeholders by literal nodes (a copy)."""
-    holders = list(tree.find_all(exp.Placeholder))
+    holders = [n for n in tree.find_all(exp.Placeholder, exp.Parameter) if _is_holder(n)]
     positional = iter(params) if not isinstance(params, Mapping) else None
     used = 0
 
-    def value_for(node: exp.Placeholder) -> Any:
+    def value_for(node: exp.Expression) -> Any:
         nonlocal used
         name = node.args.get("this")
-        name = str(name) if name is not None else ""
+        name = (name.name if isinstance(name, exp.Expression) else str(name)) if name is not None else ""
         if isinstance(params, Mapping):
             if not name or name not in params:
                 raise QueryRejected("a query parameter", f"no value given for parameter {name or '?'!r}")
@@ -134,7 +142,7 @@ def bind_params(tree: exp.Expression, params: Sequence[Any] | Mapping[str, Any])
         return v
 
     def swap(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Placeholder):
+        if _is_holder(node):
             return literal(value_for(node))
         return node
 

@@ -140,3 +140,9 @@ def test_a_version_1_ledger_is_migrated_in_place(tmp_path):
         assert led.spending("ann", **BUDGET).epsilon_spent == 1.5
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+
+
+def test_a_cache_write_leaves_charges_fully_synchronous(ledger):
+    ledger.remember("ann", "k", "payload", max_age=60)
+    with ledger._use() as db:
+        assert db.execute("PRAGMA synchronous").fetchone()[0] == 2      # FULL

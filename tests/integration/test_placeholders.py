@@ -1,0 +1,38 @@
+"""Every placeholder style binds on every engine: ?, $n (which the postgres dialect reads as a
+Parameter, not a Placeholder) and :name; a placeholder without a value is refused."""
+from __future__ import annotations
+
+import pytest
+
+import dpsql
+from dpsql.noise.rng import SeededRng
+from tests.conftest import policy_for
+
+
+AGE_STATE = "SELECT COUNT(*) FROM people WHERE age > 30 AND state = 'CA'"
+
+
+@pytest.mark.parametrize("sql, params, literal", [
+    ("SELECT COUNT(*) FROM people WHERE age > ? AND state = ?", [30, "CA"], AGE_STATE),
+    ("SELECT COUNT(*) FROM people WHERE age > $1 AND state = $2", [30, "CA"], AGE_STATE),
+    ("SELECT COUNT(*) FROM people WHERE state = $2 AND age > $1", [30, "CA"],
+     "SELECT COUNT(*) FROM people WHERE state = 'CA' AND age > 30"),
+    ("SELECT COUNT(*) FROM people WHERE age > :age AND state = :st", {"age": 30, "st": "CA"}, AGE_STATE),
+])
+def test_placeholders_bind_as_literals(target, tmp_path, sql, params, literal):
+    pol = policy_for(tmp_path)
+    with dpsql.connect(target, policy=pol, analyst="alice", rng=SeededRng(1)) as conn:
+        cur = conn.cursor()
+        cur.execute(sql, params)
+        first = cur.fetchall()
+        # the bound query is the same query as the literal one: its repeat is the cached answer
+        assert cur.execute(literal).fetchall() == first
+        assert cur.cached
+
+
+@pytest.mark.parametrize("sql", ["SELECT COUNT(*) FROM people WHERE age > $1",
+                                 "SELECT COUNT(*) FROM people WHERE age > ?"])
+def test_a_placeholder_without_a_value_is_refused(target, tmp_path, sql):
+    with dpsql.connect(target, policy=policy_for(tmp_path), analyst="alice") as conn:
+        with pytest.raises(dpsql.QueryRejected, match="no parameters were given"):
+            conn.cursor().execute(sql)
