@@ -188,7 +188,16 @@ def policy_toml(policy: Mapping[str, Any], header: str = _HEADER) -> str:
         if columns:
             out += ["", f"[tables.{_key(name)}.columns]"]
             out += [f"{_key(c)} = {_inline(spec)}" for c, spec in columns.items()]
-    unknown = set(policy) - {"budget", "defaults", "tables"}
+    if "reconstruction" in policy:
+        out += ["", "[reconstruction]"]
+        out += [f"{_key(k)} = {_value(v)}" for k, v in policy["reconstruction"].items()]
+    if "server" in policy:
+        out += ["", "[server]"]
+        out += [f"{_key(k)} = {_value(v)}" for k, v in policy["server"].items()]
+    for name, entry in policy.get("analysts", {}).items():
+        out += ["", f"[analysts.{_key(name)}]"]
+        out += [f"{_key(k)} = {_value(v)}" for k, v in entry.items()]
+    unknown = set(policy) - {"budget", "defaults", "tables", "reconstruction", "server", "analysts"}
     if unknown:
         raise ValueError(f"policy_toml: unknown section {sorted(unknown)[0]!r}")
     return "\n".join(out) + "\n"

@@ -158,3 +158,18 @@ def test_concurrent_first_calls(tmp_path):
     finally:
         con.close()
     tomllib.loads((tmp_path / "demo" / "policy.toml").read_text(encoding="utf-8"))
+
+
+def test_policy_toml_writes_the_reconstruction_server_and_analyst_sections(tmp_path):
+    from dpsql.policy import load_policy
+    from dpsql.datagen import demo_policy
+    pol = demo_policy(str(tmp_path / "l.sqlite"))
+    pol["reconstruction"] = {"surcharge": 0.5, "max_subset_queries": 4, "cache_lifetime": "12h"}
+    pol["server"] = {"auth": "trust"}
+    pol["analysts"] = {"alice": {"epsilon": 2.0}, "bob.smith": {"delta": 1e-7}}
+    path = tmp_path / "p.toml"
+    path.write_text(demo.policy_toml(pol))
+    loaded = load_policy(path)
+    assert loaded.reconstruction.max_subset_queries == 4 and loaded.reconstruction.cache_lifetime == 43200
+    assert loaded.server.auth == "trust"
+    assert loaded.budget_for("alice").epsilon == 2.0 and loaded.budget_for("bob.smith").delta == 1e-7

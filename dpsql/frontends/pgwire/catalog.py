@@ -109,6 +109,16 @@ class Catalog:
         self._cur = None
         self._lock = threading.Lock()
 
+    def close(self) -> None:
+        """Close this client's connection to the emulated catalog (the shared part stays cached)."""
+        with self._lock:
+            cur, self._cur = self._cur, None
+        if cur is not None:
+            try:
+                cur.close()
+            except Exception:      # noqa: BLE001 - closing a private in-memory cursor; nothing to report
+                pass
+
     # -- the two entry points
     def answer(self, sql: str, params: list[str | None] | None = None) -> Reply | None:
         text = _normalize(sql)

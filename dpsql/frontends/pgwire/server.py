@@ -570,6 +570,8 @@ class _Client:
         else:
             reply = _fallback(sql, word)
         if reply is not None:
+            if word == "DISCARD" and reply.tag == "DISCARD ALL" and self.session is not None:
+                self.session.execute("RESET ALL")      # dpsql.epsilon/delta/mechanism back to the policy's
             cols = [(c.name, c.type_oid, c.type_size, c.type_modifier) for c in reply.columns]
             return _Answer(cols, list(reply.rows), reply.tag, text_rows=True)
         session = self.session
