@@ -19,7 +19,6 @@ import os
 import re
 import threading
 from dataclasses import dataclass, field
-from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -30,11 +29,11 @@ from dpsql.analysis.parse import Statement, classify
 from dpsql.analysis.plan import QueryPlan
 from dpsql.cost import Cost
 from dpsql.engines.base import Engine, open_engine
-from dpsql.errors import (BudgetExhausted, EngineError, Error, InterfaceError, InternalError,
+from dpsql.errors import (BudgetExhausted, Error, InterfaceError, InternalError,
                           InvalidSetting, PolicyError, QueryRejected)
 from dpsql.analysis.reconstruction import auto_cap, population_key
 from dpsql.guard import AuditLog, answer_key, decode, encode
-from dpsql.ledger import Ledger, Spending, SubsetCharge, SubsetState
+from dpsql.ledger import Ledger, Spending, SubsetCharge
 from dpsql.noise import SecureRng, make_mechanism
 from dpsql.policy import MECHANISMS, Policy, load_policy
 from dpsql.rewrite import SALT, to_sql

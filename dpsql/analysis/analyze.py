@@ -22,7 +22,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Mapping
+from typing import Mapping
 
 from sqlglot import exp
 

@@ -44,13 +44,20 @@ class PostgresEngine:
     dialect = "postgres"
 
     def __init__(self, target: str | psycopg.Connection, *, schema: str = "public",
-                 statement_timeout: float | None = None, connect_timeout: float = 10):
+                 statement_timeout: float | None = None, connect_timeout: float = 10,
+                 work_mem: str | None = None, jit: bool = False):
         """target: a postgresql:// URL or key=value conninfo, or an open psycopg Connection
-        (used as it is, not owned). statement_timeout: seconds per query (None: the server's)."""
+        (used as it is, not owned). statement_timeout: seconds per query (None: the server's).
+        work_mem (e.g. '256MB'; None: the server's) and jit apply to dpsql's transactions only;
+        JIT is off by default: compiling the bounding query's expressions costs more than it saves."""
+        if work_mem is not None and not re.fullmatch(r"\d+\s*(kB|MB|GB)?", work_mem):
+            raise InterfaceError("work_mem must look like '64MB'")
         self._lock = threading.Lock()
         self._schema = schema.lower()
         self._timeout_ms = None if statement_timeout is None else max(1, int(statement_timeout * 1000))
-        self._options = {"schema": schema, "statement_timeout": statement_timeout, "connect_timeout": connect_timeout}
+        self._work_mem, self._jit = work_mem or "", "on" if jit else "off"
+        self._options = {"schema": schema, "statement_timeout": statement_timeout, "connect_timeout": connect_timeout,
+                         "work_mem": work_mem, "jit": jit}
         self._cancelling = False
         self._autocommit = True
         if isinstance(target, str):
@@ -138,8 +145,10 @@ class PostgresEngine:
         path = pgsql.Identifier(self._schema).as_string(con) + ", pg_temp"
         timeout = "" if self._timeout_ms is None else f"{self._timeout_ms}ms"
         con.execute("SELECT set_config('search_path', %s, true), "
-                    "CASE WHEN %s <> '' THEN set_config('statement_timeout', %s, true) END",
-                    [path, timeout, timeout])
+                    "CASE WHEN %s <> '' THEN set_config('statement_timeout', %s, true) END, "
+                    "CASE WHEN %s <> '' THEN set_config('work_mem', %s, true) END, "
+                    "set_config('jit', %s, true)",
+                    [path, timeout, timeout, self._work_mem, self._work_mem, self._jit])
         cur = con.cursor(binary=True)
         cur.execute(text, params, prepare=False)
         return cur

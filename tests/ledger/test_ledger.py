@@ -146,7 +146,7 @@ def test_params_round_trip_and_charge_rows(ledger):
 
 
 def test_numpy_values_are_accepted():
-    np = pytest.importorskip("numpy")
+    import numpy as np
     from dpsql.ledger import _amount, _encode_params
     assert _amount("epsilon", np.float64(0.1)) == Decimal("0.1")
     assert json.loads(_encode_params("m", {"k": np.int64(-40), "s": np.float64(0.5)})) == {"k": -40, "s": 0.5}

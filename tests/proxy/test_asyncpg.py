@@ -7,9 +7,9 @@ import datetime as dt
 
 import pytest
 
-from tests.proxy.conftest import CI, PASSWORD
+from tests.proxy.conftest import PASSWORD
 
-asyncpg = pytest.importorskip("asyncpg") if not CI else __import__("asyncpg")
+import asyncpg  # noqa: E402 - the test extra installs it
 
 
 def run(coro):

@@ -100,8 +100,8 @@ def test_jdbc_database_metadata(proxy, tmp_path):
 
 
 def test_sqlalchemy_inspect_and_pandas(proxy):
-    sa = pytest.importorskip("sqlalchemy")
-    pd = pytest.importorskip("pandas")
+    import pandas as pd
+    import sqlalchemy as sa
     from urllib.parse import quote
     engine = sa.create_engine(f"postgresql+psycopg://alice:{quote(PASSWORD)}@127.0.0.1:{proxy.port}/test"
                               "?sslmode=disable")
@@ -120,7 +120,7 @@ def test_sqlalchemy_inspect_and_pandas(proxy):
 
 
 def test_asyncpg_catalog_and_query(proxy):
-    asyncpg = pytest.importorskip("asyncpg")
+    import asyncpg
 
     async def main():
         c = await asyncpg.connect(host="127.0.0.1", port=proxy.port, user="alice", password=PASSWORD,

@@ -47,7 +47,7 @@ def test_jdbc_metadata(proxy, jdbc_classes):  # noqa: F811
 
 
 def test_sqlalchemy(proxy):
-    sqlalchemy = pytest.importorskip("sqlalchemy") if not CI else __import__("sqlalchemy")
+    import sqlalchemy
     url = f"postgresql+psycopg://alice:{PASSWORD.replace(' ', '%20')}@127.0.0.1:{proxy.port}/test"
     engine = sqlalchemy.create_engine(url)
     try:

@@ -23,7 +23,7 @@ import re
 import secrets
 import ssl
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
