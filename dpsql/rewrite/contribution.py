@@ -117,7 +117,8 @@ def units_only(plan: QueryPlan, dialect: str) -> exp.Select | None:
     Without a group choice, a group's bounded count is its number of distinct units.
     With one group per unit on DuckDB or Spark, the unit's group is the one with the smallest
     salted hash, found by ARG_MIN (Spark: MIN_BY) in a single per-unit aggregation (the same bound as
-    the ranked rewrite: one group per unit, 1 in it). Else None: use the general path.
+    the ranked rewrite: one group per unit, 1 in it); on PostgreSQL by DISTINCT ON (unit) in the
+    order of that hash. Else None: use the general path.
     """
     unit = exp.column(plan.table.privacy_unit)
     count_units = exp.Count(this=exp.Distinct(expressions=[unit]))
@@ -127,7 +128,11 @@ def units_only(plan: QueryPlan, dialect: str) -> exp.Select | None:
         if plan.selection is not None:
             cols.append(exp.alias_(count_units.copy(), "_units", copy=False))
         return _select(cols, _table(plan, dialect), base_filter(plan), [exp.column(k.column) for k in plan.keys])
-    if dialect not in _ARG_MIN or len(plan.keys) != 1 or plan.table.max_groups_per_unit != 1:
+    if plan.table.max_groups_per_unit != 1:
+        return None
+    if dialect == "postgres":
+        return _distinct_on(plan)
+    if dialect not in _ARG_MIN or len(plan.keys) != 1:
         return None
     key = exp.column(plan.keys[0].column)
     chosen = exp.Anonymous(this=_ARG_MIN[dialect], expressions=[key, _salted_hash(exp.column(plan.table.privacy_unit),
@@ -139,6 +144,26 @@ def units_only(plan: QueryPlan, dialect: str) -> exp.Select | None:
         cols.append(exp.alias_(exp.Count(this=exp.Star()), "_units", copy=False))
     per_unit = exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("_per_unit")))
     return _select(cols, per_unit, None, [exp.column(plan.keys[0].name)])
+
+
+def _distinct_on(plan: QueryPlan) -> exp.Select:
+    """PostgreSQL's form of the one-group choice: DISTINCT ON (unit) keeps each unit's first row in
+    the order (unit, salted hash), i.e. its group with the smallest salted hash, in one sort; then
+    each group counts its units (each adds exactly 1)."""
+    unit = exp.column(plan.table.privacy_unit)
+    keys = [exp.column(k.column) for k in plan.keys]
+    order = exp.Order(expressions=[exp.Ordered(this=unit.copy()),
+                                   exp.Ordered(this=_salted_hash(unit.copy(), [k.copy() for k in keys], "postgres"))])
+    inner = _select([exp.alias_(k, g.name, copy=False) for k, g in zip(keys, plan.keys)], _table(plan, "postgres"),
+                    base_filter(plan), [])
+    inner.set("distinct", exp.Distinct(on=exp.Tuple(expressions=[unit])))
+    inner.set("order", order)
+    cols = [exp.column(k.name) for k in plan.keys]
+    cols += [exp.alias_(exp.Count(this=exp.Star()), m.name, copy=False) for m in plan.measures]
+    if plan.selection is not None:
+        cols.append(exp.alias_(exp.Count(this=exp.Star()), "_units", copy=False))
+    per_unit = exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("_per_unit")))
+    return _select(cols, per_unit, None, [exp.column(k.name) for k in plan.keys])
 
 
 def unique_unit(plan: QueryPlan, dialect: str) -> exp.Select:
