@@ -15,7 +15,6 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-import os
 import re
 import threading
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from dpsql import postprocess
+from dpsql import explain, postprocess
 from dpsql.analysis.analyze import PublicQuery, Schema, Settings, analyze, check_policy_types, family
 from dpsql.analysis.parse import Statement, classify
 from dpsql.analysis.plan import QueryPlan
@@ -386,7 +385,7 @@ class Session:
                 return r.columns, ["DOUBLE" if t == "number" else "VARCHAR" for t in r.types]
             planned = self._analyze(stmt)
             if stmt.kind == "explain":
-                return list(_EXPLAIN_COLUMNS), ["DOUBLE" if t == "number" else "VARCHAR" for t in _EXPLAIN_TYPES]
+                return list(explain.COLUMNS), ["DOUBLE" if t == "number" else "VARCHAR" for t in explain.TYPES]
             if isinstance(planned, PublicQuery):
                 rows = self.engine.run(f"SELECT * FROM ({planned.sql}) AS q LIMIT 0")
                 return list(rows.columns), list(rows.types)
@@ -417,56 +416,14 @@ class Session:
 
     # -- EXPLAIN DP
     def _explain(self, plan: QueryPlan) -> Result:
-        sql = to_sql(plan, self.engine.dialect)
         mechs, sel = self._mechanisms(plan)
-        rows = []
-        for m, spec in zip(plan.measures, plan.noise):
-            mech = mechs[m.name]
-            rows.append(("value", m.label, mech.name, spec.sensitivity, spec.epsilon, spec.delta,
-                         mech.scale, mech.half_width(),
-                         f"{'L1' if spec.mechanism == 'laplace' else 'L2'} sensitivity = "
-                         f"{plan.l0} group(s) per unit x {spec.linf:g} per group"))
-        if sel is not None:
-            s = plan.selection
-            rows.append(("partition_selection", "distinct units per group", "laplace", float(s.l0), s.epsilon,
-                         s.delta, sel.scale, sel.half_width(),
-                         f"a group is released only if its noisy unit count exceeds {s.threshold:.2f}"))
-        outputs = ", ".join(f"{o.name} = {o.text}" for o in plan.outputs)
-        split = len(plan.noise) + (1 if sel is not None else 0)
         charged, surcharge, subset = self._charge_of(plan)
-        if surcharge:
-            rows.append(("surcharge", "selects people by identity", None, None, surcharge, 0.0, None, None,
-                         f"[reconstruction] surcharge {self.policy.reconstruction.surcharge:g} x epsilon "
-                         f"{plan.cost.epsilon:g}: charged, adds no noise"))
-        rows.append(("charge", "total", plan.mechanism, None, charged.epsilon, charged.delta, None, None,
-                     f"epsilon split evenly over {split} noisy part(s); outputs: {outputs}"))
         recon = self.policy.reconstruction
-        if recon.cache_lifetime > 0 and self.ledger.cached(self.analyst, self._answer_key(plan),
-                                                           recon.cache_lifetime) is not None:
-            rows.append(("cache", "identical earlier query", None, None, 0.0, 0.0, None, None,
-                         "running it again repeats the answer already released, free of charge"))
-        t = plan.table
-        if plan.bounded:
-            how = (f"per-unit pre-aggregation on {t.privacy_unit}: at most {t.max_rows_per_unit} row(s) per group"
-                   + (f", at most {t.max_groups_per_unit} group(s) per unit chosen by a salted hash"
-                      if plan.group_choice else "") + "; values clipped to declared bounds")
-        else:
-            how = f"{t.privacy_unit} is unique in the engine (PRIMARY KEY/UNIQUE): rows clipped only"
-        if plan.keys:
-            how += "; groups: " + ", ".join(
-                f"{k.column} ({'public domain of ' + str(len(k.domain)) if k.domain else 'partition selection'})"
-                for k in plan.keys)
-        rows.append(("bounding", None, None, None, None, None, None, None, how))
-        if plan.subset is not None:
-            rows.append(("subset_selection", "flagged" if plan.subset.flagged else "none", None, None, None, None,
-                         None, None, plan.subset.describe()))
-        if subset is not None:
-            st = self.ledger.subset_state(self.analyst, subset)
-            left = max(st.cap - st.answered, 0)
-            rows.append(("subset_series", f"{st.answered} of {st.cap} answered", None, None, None, None, None, None,
-                         f"population {st.population}: {left} more subset quer{'y' if left == 1 else 'ies'} "
-                         f"allowed ({'max_subset_queries' if recon.max_subset_queries is not None else 'cap derived from ' + (str(st.named) + ' identity values named' if st.named is not None else 'a series that names no values')})"))
-        rows.append(("rewritten_sql", None, None, None, None, None, None, None, sql))
+        cached = recon.cache_lifetime > 0 and self.ledger.cached(
+            self.analyst, self._answer_key(plan), recon.cache_lifetime) is not None
+        series = self.ledger.subset_state(self.analyst, subset) if subset is not None else None
+        rows = explain.private_rows(plan, to_sql(plan, self.engine.dialect), mechs, sel, charged=charged,
+                                    surcharge=surcharge, recon=recon, cached=cached, series=series)
         return _explain_result(rows)
 
     # -- SET / RESET / SHOW
@@ -549,22 +506,15 @@ class Session:
                       tag="SHOW", db_types=["DOUBLE" if isinstance(v, float) else "VARCHAR"])
 
 
-_EXPLAIN_COLUMNS = ("item", "aggregate", "mechanism", "sensitivity", "epsilon", "delta", "noise_scale",
-                    "ci95_half_width", "detail")
-_EXPLAIN_TYPES = ("string", "string", "string", "number", "number", "number", "number", "number", "string")
-
-
 def _explain_result(rows: list[tuple]) -> Result:
-    n = len(_EXPLAIN_COLUMNS)
-    return Result(list(_EXPLAIN_COLUMNS), list(_EXPLAIN_TYPES), rows, "explain", [None] * n,
+    n = len(explain.COLUMNS)
+    return Result(list(explain.COLUMNS), list(explain.TYPES), rows, "explain", [None] * n,
                   [(None,) * n for _ in rows], tag="EXPLAIN",
-                  db_types=["DOUBLE" if t == "number" else "VARCHAR" for t in _EXPLAIN_TYPES])
+                  db_types=["DOUBLE" if t == "number" else "VARCHAR" for t in explain.TYPES])
 
 
 def _explain_public(q: PublicQuery) -> Result:
-    rows = [("public", None, None, None, 0.0, 0.0, None, None, "reads no protected table: passed through, "
-             "charges nothing"), ("rewritten_sql", None, None, None, None, None, None, None, q.sql)]
-    return _explain_result(rows)
+    return _explain_result(explain.public_rows(q.sql))
 
 
 def _key_order(key: tuple) -> tuple:
@@ -671,109 +621,3 @@ class _NoLedger:
 
     def close(self) -> None:
         pass
-
-
-# -- admin tools: budget report, policy check, data directory ----------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class AnalystSpending:
-    """One analyst's line in the admin budget report."""
-    spending: Spending
-    queries: int                          # charges recorded (answered private queries)
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyCheck:
-    """What `check_policy` found: the protected tables, or the problems (each 'policy FILE: line N: ...')."""
-    source: str
-    tables: tuple[str, ...]
-    problems: tuple[str, ...]
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-
-def data_dir() -> Path:
-    """dpsql's data directory: $DPSQL_HOME, else $XDG_DATA_HOME/dpsql, else ~/.local/share/dpsql."""
-    from dpsql.demo import data_dir as _data_dir
-    return _data_dir()
-
-
-def spending_report(policy: Any) -> list[AnalystSpending]:
-    """Every analyst's spending in the policy's ledger, sorted by name (an admin view; no database).
-
-    A ledger file that does not exist yet means nobody has spent anything: the report is empty
-    and no file is created.
-    """
-    pol = load_policy(policy)
-    path = _ledger_path(pol)
-    if not Path(path).exists():
-        return []
-    with Ledger(path) as ledger:
-        return [AnalystSpending(ledger.spending(a, epsilon_total=pol.budget_for(a).epsilon,
-                                                delta_total=pol.budget_for(a).delta),
-                                len(ledger.charges(a)))
-                for a in ledger.analysts()]
-
-
-def check_policy(path: str | os.PathLike, database: Any = None, **engine_options: Any) -> PolicyCheck:
-    """Validate a policy file; with `database`, also check it against that database's tables,
-    columns and types. Opens no Session and touches no ledger. Problems name the file and,
-    where the key is found in the file, its line."""
-    source = os.fspath(path)
-    try:
-        pol = load_policy(source)
-    except PolicyError as err:
-        return PolicyCheck(source, (), (str(err),))
-    try:
-        text = Path(source).read_text(encoding="utf-8")
-    except OSError:
-        text = ""
-    problems: list[str] = []
-    if database is not None:
-        try:
-            engine = open_engine(database, **engine_options)
-        except Error as err:
-            return PolicyCheck(source, tuple(pol.tables), (f"database {database}: {err}",))
-        try:
-            problems = _schema_problems(pol, engine)
-        except Error as err:
-            problems = [str(err)]
-        finally:
-            engine.close()
-    return PolicyCheck(source, tuple(pol.tables), tuple(_with_line(p, pol.source, text) for p in problems))
-
-
-def _schema_problems(pol: Policy, engine: Engine) -> list[str]:
-    """Every mismatch between the policy and the engine's schema (as Session._read_schema checks)."""
-    try:
-        pol.check_schema(engine.table_columns)
-    except PolicyError as err:
-        return [str(err)]
-    cols, unique, not_null = {}, set(), set()
-    for t in pol.tables.values():
-        name = t.source or t.name
-        cols[t.name] = engine.table_columns(name)
-        if t.privacy_unit in engine.unique_columns(name):
-            unique.add(t.name)
-        if t.privacy_unit in engine.not_null_columns(name):
-            not_null.add(t.name)
-    schema = Schema(cols, frozenset(unique), frozenset(engine.base_tables()), frozenset(engine.views()),
-                    frozenset(not_null))
-    return [f"policy {pol.source}: {p}" for p in check_policy_types(pol, schema)]
-
-
-_PROBLEM = re.compile(r"^policy (?P<src>.+?): (?P<key>[\w-]+(?:\.[\w-]+)*): (?P<rest>.*)$", re.S)
-
-
-def _with_line(problem: str, source: str, text: str) -> str:
-    """Insert 'line N: ' after the file name of a 'policy FILE: key: problem' message."""
-    from dpsql.policy import locate
-    m = _PROBLEM.match(problem)
-    if m is None or m.group("src") != source or not text:
-        return problem
-    line = locate(text, m.group("key"))
-    if line is None:
-        return problem
-    return f"policy {source}: line {line}: {m.group('key')}: {m.group('rest')}"

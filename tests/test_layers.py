@@ -23,12 +23,14 @@ ALLOWED = {
     "noise": {"errors", "noise"},
     "ledger": {"errors"},
     "guard": {"errors"},  # answer cache codec and audit log, beside the ledger
+    "explain": {"analysis", "cost"},  # EXPLAIN DP rows: formatting for the session
     "postprocess": {"errors"},
     "datagen": set(),
     "demo": {"datagen"},
-    "session": {"errors", "policy", "cost", "analysis", "rewrite", "engines", "noise", "ledger", "guard",
+    "session": {"errors", "policy", "cost", "analysis", "rewrite", "engines", "noise", "ledger", "guard", "explain",
                 "postprocess", "demo"},
-    "frontends": {"errors", "session", "frontends", "sqltext"},
+    "admin": {"errors", "policy", "analysis", "engines", "ledger", "session", "demo"},   # budget report, policy check
+    "frontends": {"errors", "session", "admin", "frontends", "sqltext"},
     "__init__": {"errors", "frontends"},
 }
 NO_SQLGLOT = {"noise", "ledger", "guard", "postprocess", "engines", "policy", "errors", "cost", "sqltext"}

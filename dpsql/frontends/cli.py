@@ -24,7 +24,8 @@ import click
 from dpsql import errors
 from dpsql.frontends.render import render_csv, render_json, render_table
 from dpsql.frontends.script import run_script
-from dpsql.session import Result, Session, check_policy, data_dir, spending_report
+from dpsql.admin import check_policy, data_dir, spending_report
+from dpsql.session import Result, Session
 
 _FORMAT = click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
                        show_default=True, help="Output format.")
