@@ -206,7 +206,9 @@ def test_abrupt_disconnects_leave_no_sessions(proxy):
             if i % 3 == 2:
                 s.sendall(codec.query_message("SHOW dpsql.budget")[:9])   # mid-message
         s.close()
-    assert wait_for(lambda: proxy.open_sessions() == base and len(proxy.server.server.clients) == 0)
+    # <= base: a session an earlier test left closing may close meanwhile; a loaded machine may
+    # take a while to tear 50 connections down, hence the long wait for this eventual property.
+    assert wait_for(lambda: proxy.open_sessions() <= base and len(proxy.server.server.clients) == 0, timeout=60)
     assert_serves(proxy)
 
 
