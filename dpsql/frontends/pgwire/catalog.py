@@ -77,6 +77,12 @@ _ALIASES = {"time zone": "timezone", "names": "client_encoding", "schema": "sear
             "transaction isolation level": "transaction_isolation", "session authorization": "session_authorization"}
 
 
+def _setting_name(raw: str) -> str:
+    """A setting's lower-case name, with SQL's spelled-out aliases (TIME ZONE, ...) mapped."""
+    name = raw.strip('"').lower()
+    return _ALIASES.get(re.sub(r"\s+", " ", name), name)
+
+
 def _normalize(sql: str) -> str:
     return strip_comments(sql).strip().rstrip(";").strip()
 
@@ -208,7 +214,7 @@ class Catalog:
         m = _RESET.match(text)
         if m is None:
             return None
-        name = _ALIASES.get(re.sub(r"\s+", " ", m.group(1).strip('"').lower()), m.group(1).strip('"').lower())
+        name = _setting_name(m.group(1))
         if name.startswith("dpsql."):
             return None
         if name == "all":
@@ -225,7 +231,7 @@ class Catalog:
         m = _SHOW.match(text)
         if m is None:
             return None
-        name = _ALIASES.get(re.sub(r"\s+", " ", m.group(1).strip('"').lower()), m.group(1).strip('"').lower())
+        name = _setting_name(m.group(1))
         if name.startswith("dpsql."):
             return None
         if name == "all":

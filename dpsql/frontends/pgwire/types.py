@@ -158,50 +158,16 @@ _PARAM_CAST = re.compile(r"\$(\d+)::\s*([A-Za-z_]\w*(?:\s+precision|\s+varying|\
                          r"(?:\s*\(\s*\d+(?:\s*,\s*\d+)?\s*\))?)(?![\w.\[]|\s*\[)", re.I)
 
 
-def strip_param_casts(sql: str) -> tuple[str, dict[int, int]]:
-    """`$1::INTEGER` -> `$1`, with parameter 1 typed int4 (SQLAlchemy and others write such casts).
-
-    The cast applies to the parameter alone, and the proxy decodes the value into that type before
-    the Session binds it as a literal, so dropping it keeps the meaning. Only casts to built-in types
-    are dropped; anything else is left for the Session to judge. Quotes and comments are untouched."""
-    if "::" not in sql:
-        return sql, {}
-    from dpsql.sqltext import skip
-    out, types, i, n = [], {}, 0, len(sql)
-    while i < n:
-        c = sql[i]
-        if c == "$" and (m := _PARAM_CAST.match(sql, i)):
-            name = m.group(2).strip()
-            t = pg_type(name)
-            if t is not TEXT or name.lower() in ("text", "varchar", "character varying"):
-                num = int(m.group(1))
-                types.setdefault(num, t.oid)
-                out.append(f"${num}")
-                i = m.end()
-                continue
-        if c in "'\"-/$":
-            kind, end, _ = skip(sql, i)
-            if kind != "code":
-                out.append(sql[i:end])
-                i = end
-                continue
-        out.append(c)
-        i += 1
-    return "".join(out), types
-
-
-def named_params(sql: str) -> str:
-    """`$1` -> `:p1` outside quotes and comments. The Session binds `:name` placeholders from a
-    mapping in every engine dialect (sqlglot reads `$1` as a placeholder for DuckDB only)."""
-    if "$" not in sql:
-        return sql
+def _rewrite_code(sql: str, at_dollar) -> str:
+    """Copy `sql`, calling `at_dollar(sql, i)` at each `$` outside quotes and comments; it returns
+    (replacement, end) to substitute sql[i:end], or None to keep the `$`."""
     from dpsql.sqltext import skip
     out, i, n = [], 0, len(sql)
     while i < n:
         c = sql[i]
-        if c == "$" and (m := _PARAM.match(sql, i)) and not (i and (sql[i - 1].isalnum() or sql[i - 1] == "_")):
-            out.append(f":p{int(m.group(1))}")
-            i = m.end()
+        if c == "$" and (hit := at_dollar(sql, i)) is not None:
+            out.append(hit[0])
+            i = hit[1]
             continue
         if c in "'\"-/$":
             kind, end, _ = skip(sql, i)
@@ -212,3 +178,43 @@ def named_params(sql: str) -> str:
         out.append(c)
         i += 1
     return "".join(out)
+
+
+def strip_param_casts(sql: str) -> tuple[str, dict[int, int]]:
+    """`$1::INTEGER` -> `$1`, with parameter 1 typed int4 (SQLAlchemy and others write such casts).
+
+    The cast applies to the parameter alone, and the proxy decodes the value into that type before
+    the Session binds it as a literal, so dropping it keeps the meaning. Only casts to built-in types
+    are dropped; anything else is left for the Session to judge. Quotes and comments are untouched."""
+    if "::" not in sql:
+        return sql, {}
+    types: dict[int, int] = {}
+
+    def cast(text: str, i: int):
+        m = _PARAM_CAST.match(text, i)
+        if m is None:
+            return None
+        name = m.group(2).strip()
+        t = pg_type(name)
+        if t is TEXT and name.lower() not in ("text", "varchar", "character varying"):
+            return None
+        num = int(m.group(1))
+        types.setdefault(num, t.oid)
+        return f"${num}", m.end()
+
+    return _rewrite_code(sql, cast), types
+
+
+def named_params(sql: str) -> str:
+    """`$1` -> `:p1` outside quotes and comments. The Session binds `:name` placeholders from a
+    mapping in every engine dialect (sqlglot reads `$1` as a placeholder for DuckDB only)."""
+    if "$" not in sql:
+        return sql
+
+    def name(text: str, i: int):
+        m = _PARAM.match(text, i)
+        if m is None or (i and (text[i - 1].isalnum() or text[i - 1] == "_")):
+            return None
+        return f":p{int(m.group(1))}", m.end()
+
+    return _rewrite_code(sql, name)
