@@ -8,7 +8,7 @@ the engine list of tests/conftest.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Mapping, Protocol
 
 
 @dataclass(frozen=True, slots=True)
