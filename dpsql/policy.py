@@ -21,7 +21,7 @@ from dpsql.errors import PolicyError
 
 MECHANISMS = ("laplace", "gaussian", "gaussian_classic")
 
-_TOP_KEYS = {"budget", "defaults", "tables", "reconstruction", "server", "analysts"}
+_TOP_KEYS = {"budget", "defaults", "tables", "reconstruction", "server", "analysts", "public", "limits", "timing"}
 _RECON_KEYS = {"surcharge", "max_subset_queries", "cache_lifetime", "audit_log"}
 _SERVER_KEYS = {"auth", "tls_cert", "tls_key", "max_message_bytes"}
 _ANALYST_KEYS = {"password", "epsilon", "delta"}
