@@ -11,7 +11,9 @@ whose denominator's interval contains 0 the width is unbounded, reported as None
 """
 from __future__ import annotations
 
+import datetime as _dt
 import math
+from decimal import Decimal
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -55,7 +57,7 @@ def evaluate(expr: tuple, env: Env, keys: Sequence[Any]) -> Any:
             return None
         try:
             return _CMP[expr[1]](a, b)
-        except TypeError:
+        except (TypeError, ArithmeticError):      # mixed types; Decimal NaN
             return None
     if op == "and":
         a, b = evaluate(expr[1], env, keys), evaluate(expr[2], env, keys)
@@ -179,6 +181,10 @@ def _sort_key(v: Any, nulls_first: bool, desc: bool):
     null_rank = (0 if is_null else 1) if nulls_first != desc else (1 if is_null else 0)
     if is_null:
         return (null_rank, 0, "")
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return (null_rank, 0, float(v))
-    return (null_rank, 1, str(v))
+    if isinstance(v, (int, float, Decimal)) and not isinstance(v, bool):
+        # NaN after every number (as PostgreSQL orders it); never compared, so never raises
+        nan = v.is_nan() if isinstance(v, Decimal) else v != v
+        return (null_rank, 0, 1 if nan else 0, 0 if nan else v)
+    if isinstance(v, (_dt.date, _dt.datetime, _dt.time)):
+        return (null_rank, 1, type(v).__name__, v)
+    return (null_rank, 2, "", str(v))

@@ -12,12 +12,14 @@ Nothing an analyst can SET changes the analyst, the budget or what was spent.
 """
 from __future__ import annotations
 
+import datetime as _dt
 import itertools
 import logging
 import math
 import re
 import threading
 from dataclasses import dataclass, field
+from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -325,21 +327,28 @@ class Session:
                       db_types=d["db_types"], cached=True)
 
     def _noise(self, plan: QueryPlan, rows: list[tuple], mechs, sel) -> postprocess.Table:
-        """Partition selection, then noise on every measure of every released group."""
+        """Partition selection, then noise on every measure of every released group.
+
+        Group keys arrive as text (dpsql.rewrite.partitions.key_text). Nothing here can fail on
+        a key's value: public-domain keys are looked up in their domain, and selected keys are
+        turned into typed values only once released, by _typed_key, which never raises."""
         nk, measures = len(plan.keys), plan.measures
+        types = [self.schema.columns.get(plan.table.name, {}).get(k.column, "") for k in plan.keys]
         groups: dict[tuple, tuple] = {}
         for r in rows:
             groups[tuple(r[:nk])] = r[nk:]
         if plan.keys and plan.selection is None:      # public domains: exactly the domain
+            lookups = [_domain_lookup(k.domain, t) for k, t in zip(plan.keys, types)]
+            found = {}
+            for text_key, values in groups.items():
+                key = tuple(look(t) for look, t in zip(lookups, text_key))
+                if _OUTSIDE not in key:
+                    found[key] = values
             zero = (0,) * (len(measures))
             domain = itertools.product(*[k.domain for k in plan.keys])
-            groups = {key: groups.get(key, zero) for key in domain}
+            groups = {key: found.get(key, zero) for key in domain}
         elif not plan.keys:
             groups = groups or {(): (0,) * len(measures)}
-        else:
-            # Partition-selected groups: the engine's row order depends on the data (hash
-            # tables, threads), so release them in an order fixed by the keys alone.
-            groups = dict(sorted(groups.items(), key=lambda kv: _key_order(kv[0])))
         widths = {m.name: mechs[m.name].half_width() for m in measures}
         released = []
         for key, values in groups.items():
@@ -347,11 +356,16 @@ class Session:
                 units = values[len(measures)] or 0
                 if sel.release(units, self.rng) <= plan.selection.threshold:
                     continue
+                key = tuple(_typed_key(t, ty) for t, ty in zip(key, types))
             env = {}
             for m, v in zip(measures, values):
                 exact = Fraction(0 if v is None else v)       # ints and Decimals: exact
                 env[m.name] = mechs[m.name].release(exact / m.divisor, self.rng)
             released.append((key, env, widths))
+        if sel is not None:
+            # Selected groups: the engine's row order depends on the data (hash tables,
+            # threads), so release them in an order fixed by the keys alone (a total order).
+            released.sort(key=lambda g: _key_order(g[0]))
         outputs = [(o.name, o.expr, o.noisy) for o in plan.outputs]
         return postprocess.finish(released, outputs, plan.having, plan.order, plan.limit, plan.offset)
 
@@ -518,8 +532,72 @@ def _explain_public(q: PublicQuery) -> Result:
 
 
 def _key_order(key: tuple) -> tuple:
-    """A total order on group keys of mixed types and NULLs."""
-    return tuple((v is None, type(v).__name__, v if v is not None else 0) for v in key)
+    """A total order on released group keys: NULL last, then by type, NaN after every number;
+    never raises (Decimal NaN would, in a comparison)."""
+    out = []
+    for v in key:
+        if v is None:
+            out.append((1, "", 0, 0))
+        elif isinstance(v, (int, float, Decimal)) and not isinstance(v, bool):
+            nan = v.is_nan() if isinstance(v, Decimal) else (isinstance(v, float) and math.isnan(v))
+            out.append((0, "number", 1 if nan else 0, 0 if nan else v))
+        else:
+            out.append((0, type(v).__name__, 0, v))
+    return tuple(out)
+
+
+_OUTSIDE = object()
+
+
+def _domain_lookup(domain: tuple, sql_type: str):
+    """Text of a key (as the engine prints it) -> the public domain's value, or _OUTSIDE.
+    Integers print alike on every engine; CHAR(n) may come back padded (Spark pads on read)."""
+    table = {str(v): v for v in domain}
+    pad = family(sql_type) == "text" and sql_type.lower().startswith(("char", "bpchar", "character")) \
+        and "varying" not in sql_type.lower()
+
+    def look(text):
+        if text is None:
+            return _OUTSIDE
+        v = table.get(text, _OUTSIDE)
+        if v is _OUTSIDE and pad:
+            v = table.get(text.rstrip(" "), _OUTSIDE)
+        return v
+    return look
+
+
+_DATE_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}")
+_TIMESTAMP_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([+-]\d{2}(:?\d{2})?)?")
+
+
+def _typed_key(text: str | None, sql_type: str) -> Any:
+    """A released key's value from its text, in the column's Python type where it has one.
+
+    Never raises: a value Python cannot hold (a date 'infinity', a year past 9999 or BC, a
+    nanosecond timestamp) stays the engine's text."""
+    if text is None:
+        return None
+    fam = family(sql_type)
+    try:
+        if fam == "int":
+            return int(text)
+        if fam == "decimal":
+            return Decimal(text)
+        if fam == "float":
+            return float(text)
+        if fam == "bool":
+            low = text.strip().lower()
+            return True if low in ("true", "t") else False if low in ("false", "f") else text
+        if fam == "date" and _DATE_TEXT.fullmatch(text):
+            return _dt.date.fromisoformat(text)
+        if fam == "timestamp" and _TIMESTAMP_TEXT.fullmatch(text):
+            frac = re.search(r"\.(\d+)", text)
+            if frac and len(frac.group(1)) > 6:
+                return text
+            return _dt.datetime.fromisoformat(text.replace("T", " "))
+    except (ValueError, ArithmeticError, OverflowError):
+        return text
+    return text
 
 
 def _refs(expr: tuple) -> set[str]:

@@ -35,6 +35,7 @@ from dpsql.errors import QueryRejected
 from dpsql.policy import ColumnPolicy, Policy, TablePolicy
 
 MAX_PUBLIC_GROUPS = 1_000_000
+MAX_PATTERN = 1000
 _LITERAL_LIMIT = 1e18
 _NUMBER = re.compile(r"\d{1,19}(\.\d{0,18})?|\.\d{1,18}|\d+(\.\d*)?[eE][+-]?\d{1,3}")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -380,9 +381,8 @@ class _Analysis:
                 raise QueryRejected("a comparison without a column", "compare a declared column with a literal")
             self._compatible(lt, rt, node)
             if isinstance(left, exp.Column) and isinstance(right, exp.Column):
-                same = lt.lower() == rt.lower()
-                return type(node)(this=self._operand_sql(left, None if same else "double"),
-                                  expression=self._operand_sql(right, None if same else "double"))
+                cast = self._column_pair_cast(lt, rt)
+                return type(node)(this=self._operand_sql(left, cast), expression=self._operand_sql(right, cast))
             ct = lt if isinstance(left, exp.Column) else rt
             return type(node)(this=self._operand_sql(left, ct), expression=self._operand_sql(right, ct))
         if isinstance(node, exp.Between):
@@ -416,25 +416,54 @@ class _Analysis:
                 raise QueryRejected("IS with a non-NULL operand", "use IS [NOT] NULL, IS TRUE or IS FALSE")
             test = exp.Is(this=self._operand_sql(node.this), expression=node.expression.copy())
             return exp.Not(this=test) if node.args.get("negate") else test
-        if isinstance(node, (exp.Like, exp.ILike)):
-            ct = self._column_operand(node.this, "LIKE")
-            if family(ct) != "text":
-                raise QueryRejected("LIKE on a non-text column", "a cast of each row could fail")
-            pat = node.expression
-            if not (isinstance(pat, exp.Literal) and pat.is_string) or node.args.get("escape"):
-                raise QueryRejected("LIKE with a non-literal pattern or ESCAPE",
-                                    "only a literal pattern cannot fail on some rows")
-            _only_args(node, {"this", "expression", "negate"})
-            like = type(node)(this=self._operand_sql(node.this), expression=pat.copy())
-            return exp.Not(this=like) if node.args.get("negate") else like
         if isinstance(node, exp.Escape):
-            raise QueryRejected("LIKE ... ESCAPE", "an escape clause can make the pattern fail")
+            raise QueryRejected("LIKE ... ESCAPE", "dpsql sets the escape itself: a backslash, as PostgreSQL does",
+                                "escape % and _ with a backslash")
+        if isinstance(node, (exp.Like, exp.ILike)):
+            return self._like(node, "\\")
         if isinstance(node, exp.Column):
             t = self.column_type(self.resolve(node, "WHERE"))
             if family(t) != "bool":
                 raise QueryRejected("a non-boolean column as a condition", "compare it with a literal")
             return self._operand_sql(node)
         raise _refuse_expression(node, "WHERE")
+
+    def _like(self, node: exp.Like | exp.ILike, escape: str) -> exp.Expression:
+        """LIKE/ILIKE with a literal pattern, sent with an explicit ESCAPE on every engine.
+
+        Why this cannot fail on any row: a pattern is malformed only through its escape
+        character (PostgreSQL and DuckDB raise on a pattern ending in it; Spark also on it
+        preceding anything but %, _ or itself). The pattern is a literal, so it is checked
+        here, once, and refused unless every escape is followed by %, _ or the escape itself;
+        such a pattern is well-formed on every engine, whatever row it meets. The escape is
+        always written out: PostgreSQL's and Spark's default is a backslash, DuckDB's is
+        none, so the same text means the same thing everywhere. (PostgreSQL's planner also
+        matches prefix patterns against its statistics, i.e. real values: a well-formed
+        pattern cannot fail there either.)"""
+        ct = self._column_operand(node.this, "LIKE")
+        if family(ct) != "text":
+            raise QueryRejected("LIKE on a non-text column", "a cast of each row could fail")
+        pat = node.expression
+        if not (isinstance(pat, exp.Literal) and pat.is_string) or node.args.get("escape"):
+            raise QueryRejected("LIKE with a non-literal pattern", "only a literal pattern cannot fail on some rows")
+        _only_args(node, {"this", "expression", "negate"})
+        text = pat.this
+        if len(text) > MAX_PATTERN:
+            raise QueryRejected(f"a LIKE pattern longer than {MAX_PATTERN} characters", "patterns are kept short")
+        i = 0
+        while i < len(text):
+            if text[i] == escape:
+                if i + 1 >= len(text) or text[i + 1] not in ("%", "_", escape):
+                    raise QueryRejected("a LIKE pattern with a dangling escape",
+                                        f"the escape {escape!r} must be followed by %, _ or itself "
+                                        "(the engine would fail on some rows)",
+                                        f"write {escape}{escape} for a literal {escape}")
+                i += 2
+            else:
+                i += 1
+        like = type(node)(this=self._operand_sql(node.this), expression=pat.copy())
+        out = exp.Escape(this=like, expression=exp.Literal.string(escape))
+        return exp.Not(this=out) if node.args.get("negate") else out
 
     def _operand(self, node: exp.Expression) -> str | None:
         """Type of a comparison operand: a column's type, or a literal's pseudo-type."""
@@ -450,27 +479,69 @@ class _Analysis:
     def _operand_sql(self, node: exp.Expression, column_type: str | None = None) -> exp.Expression:
         """A comparison operand for the rewrite: columns unqualified, literals typed safely.
 
-        column_type "double" casts a column to DOUBLE (two numeric columns of different
-        types: the engine's implicit cast could overflow, a cast to DOUBLE cannot)."""
+        For a column, column_type is a cast from _column_pair_cast ("cast:DOUBLE" or
+        "cast:NUMERIC", two numeric columns of different types) or None. For a literal, it is the type of the column compared with it."""
         if isinstance(node, exp.Column):
             col = exp.column(node.name.lower())
-            if column_type == "double" and family(self.column_type(node.name.lower())) in _NUMERIC:
-                return exp.Cast(this=col, to=exp.DataType.build("DOUBLE"))
+            if column_type in ("cast:DOUBLE", "cast:NUMERIC") and family(self.column_type(node.name.lower())) in _NUMERIC:
+                return exp.Cast(this=col, to=exp.DataType.build(column_type[5:]))
             return col
         return self._literal_sql(node, column_type)
 
-    @staticmethod
-    def _literal_sql(node: exp.Expression, column_type: str | None) -> exp.Expression:
-        """Numeric literals compared with anything but an integer column, and fractional
-        ones always, become DOUBLE: the engine then casts the column to DOUBLE, which
-        cannot fail, instead of casting it to a DECIMAL wide enough for the literal,
-        which can overflow on some rows."""
+    def _column_pair_cast(self, a: str, b: str) -> str | None:
+        """How two columns are compared so that no value of either type can make it fail.
+
+        Identical types: as they are (a comparison of two values of one type never raises on
+        any engine; NaN, infinities and NULL have defined orders). Two text types: as they are
+        (the engines widen CHAR/VARCHAR to text, which cannot fail). Two numeric types: each
+        cast to a type every numeric value converts to without error: DOUBLE on DuckDB and
+        Spark (HUGEINT, UBIGINT and DECIMAL(38) are far below DOUBLE's range); NUMERIC on
+        PostgreSQL, whose NUMERIC holds values beyond DOUBLE's range (a cast of 1e400 to
+        float8 raises) while every integer and float8 value (NaN, Infinity) converts to it.
+        Anything else, notably DATE against TIMESTAMP or TIMESTAMP against TIMESTAMP_NS, is
+        refused: the engine would convert every value of one column, and 9999-12-31 does not
+        fit a TIMESTAMP_NS, nor DuckDB's year 5881580 a TIMESTAMP."""
+        if " ".join(a.lower().split()) == " ".join(b.lower().split()):
+            return None
+        fa, fb = family(a), family(b)
+        if fa == fb == "text":
+            return None
+        if fa in _NUMERIC and fb in _NUMERIC:
+            return "cast:NUMERIC" if self.dialect == "postgres" else "cast:DOUBLE"
+        raise QueryRejected(f"comparing a {a} column with a {b} column",
+                            "the engine would convert every value of one of them, which fails on some values",
+                            "compare columns of the same type, or each column with a literal")
+
+    def _literal_sql(self, node: exp.Expression, column_type: str | None) -> exp.Expression:
+        """A literal compared with a column of column_type, written so that the comparison
+        cannot fail on any row.
+
+        Numbers. DuckDB and Spark: a numeric literal compared with anything but an integer
+        column, and a fractional one always, becomes a DOUBLE, so the engine casts the column
+        to DOUBLE (total for every numeric type there) instead of to a DECIMAL wide enough for
+        the literal, which can overflow on some rows. PostgreSQL: the literal stays NUMERIC,
+        so integers and NUMERIC compare exactly and float columns take the literal's (constant)
+        conversion; a cast of the column to DOUBLE would fail for a NUMERIC beyond 1e308.
+        Integral literals are below 1e18 (_literal_type), inside every engine's BIGINT.
+
+        Dates and times: a DATE literal may meet a DATE or TIMESTAMP column (the constant is
+        converted, never the column); a TIMESTAMP literal only a TIMESTAMP column (_compatible).
+        A column of nanosecond precision holds only 1677-09-21..2262-04-11: a literal outside
+        it is refused here (the engine would fail converting it, whether or not rows exist)."""
         lit = node.this if isinstance(node, exp.Neg) else node
         if isinstance(lit, exp.Literal) and not lit.is_string:
+            if self.dialect == "postgres":
+                return node.copy()
             integral = re.fullmatch(r"\d+", lit.this) is not None
             if not (integral and column_type is not None and family(column_type) == "int"):
                 value = -float(lit.this) if isinstance(node, exp.Neg) else float(lit.this)
                 return exp.Cast(this=exp.Literal.number(repr(value)), to=exp.DataType.build("DOUBLE"))
+        if (isinstance(node, exp.Cast) and column_type is not None and family(column_type) == "timestamp"
+                and _nanosecond(column_type) and isinstance(node.this, exp.Literal)):
+            year = int(node.this.this[:4])
+            if not 1678 <= year <= 2261:
+                raise QueryRejected(f"a date or time literal outside {column_type}'s range",
+                                    "the column holds only 1678-2261 at nanosecond precision")
         return node.copy()
 
     def _literal_type(self, node: exp.Expression, where: str) -> str:
@@ -507,6 +578,8 @@ class _Analysis:
         raise _refuse_expression(node, where)
 
     def _compatible(self, a: str | None, b: str | None, node: exp.Expression) -> None:
+        """Refuse comparisons between operands whose types the engine would reconcile by a
+        conversion that can fail on some values (see _literal_sql and _column_pair_cast)."""
         fa = "null" if a == "null" else (a[4:] if a and a.startswith("lit:") else family(a or "other"))
         fb = "null" if b == "null" else (b[4:] if b and b.startswith("lit:") else family(b or "other"))
         groups = {"int": "num", "float": "num", "decimal": "num", "num": "num", "text": "text",
@@ -515,9 +588,13 @@ class _Analysis:
         if "other" in (ga, gb):
             raise QueryRejected("a comparison on a column of an unsupported type",
                                 "only numeric, text, boolean, date and timestamp columns can be filtered")
-        if ga != gb and "null" not in (ga, gb) and {ga, gb} != {"date", "timestamp"}:
-            raise QueryRejected(f"comparing {ga} with {gb}",
-                                "the implicit cast could fail on some rows", "compare values of the same type")
+        if ga != gb and "null" not in (ga, gb):
+            column_is_a = not (a or "").startswith("lit:")
+            col_group, lit_kind = (ga, b) if column_is_a else (gb, a)
+            if not (col_group == "timestamp" and lit_kind == "lit:date"):
+                hint = ("compare a DATE column with a DATE literal" if col_group == "date"
+                        else "compare values of the same type")
+                raise QueryRejected(f"comparing {ga} with {gb}", "the implicit cast could fail on some rows", hint)
 
     # -- GROUP BY
     def _group(self, sel: exp.Select) -> None:
@@ -779,6 +856,12 @@ def _exact_bounds(col: ColumnPolicy, sql_type: str) -> tuple[Fraction, Fraction,
     lo_out = Fraction(math.floor(lo * scale), scale)
     hi_out = Fraction(math.ceil(hi * scale), scale)
     return lo_out, hi_out, scale
+
+
+def _nanosecond(sql_type: str) -> bool:
+    """A timestamp type of nanosecond precision (DuckDB's TIMESTAMP_NS; TIMESTAMP(9) elsewhere)."""
+    t = sql_type.lower().replace(" ", "")
+    return t.startswith("timestamp_ns") or t.startswith("timestamp(9)")
 
 
 def _has_noise(expr: Expr) -> bool:

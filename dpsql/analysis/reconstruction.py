@@ -211,6 +211,8 @@ def _column(node: exp.Expression) -> exp.Column | None:
 
 
 def _leaf(node: exp.Expression, neg: bool, ids: frozenset[str]) -> _Shape:
+    if isinstance(node, exp.Escape):        # LIKE ... ESCAPE: the analysis writes every pattern so
+        node = node.this
     cols = frozenset(c.name.lower() for c in node.find_all(exp.Column)) & ids
 
     def shape(kind: str, values=None, flag: bool = True) -> _Shape:

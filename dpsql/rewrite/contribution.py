@@ -122,7 +122,7 @@ def bounded(plan: QueryPlan, dialect: str) -> exp.Select:
         rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(unit)], order=exp.Order(expressions=[order]))
         inner_cols.append(exp.alias_(rank, "_rank", copy=False))
     inner = _select(inner_cols, source, where, [exp.column(unit)] + [exp.column(k.column) for k in plan.keys])
-    outer_cols = [exp.column(k.name) for k in plan.keys]
+    outer_cols = [partitions.key_text(i, exp.column(k.name)) for i, k in enumerate(plan.keys)]
     outer_cols += [exp.alias_(aggregates.bounded_total(m, rows, dialect), m.name, copy=False) for m in plan.measures]
     outer_cols += partitions.units_column(plan)
     keep = None
@@ -144,7 +144,7 @@ def units_only(plan: QueryPlan, dialect: str) -> exp.Select | None:
     unit = exp.column(plan.table.privacy_unit)
     count_units = exp.Count(this=exp.Distinct(expressions=[unit]))
     if not plan.group_choice:
-        cols = [exp.alias_(exp.column(k.column), k.name, copy=False) for k in plan.keys]
+        cols = [partitions.key_text(i, exp.column(k.column)) for i, k in enumerate(plan.keys)]
         cols += [exp.alias_(count_units.copy(), m.name, copy=False) for m in plan.measures]
         if plan.selection is not None:
             cols.append(exp.alias_(count_units.copy(), "_units", copy=False))
@@ -159,7 +159,7 @@ def units_only(plan: QueryPlan, dialect: str) -> exp.Select | None:
     chosen = exp.Anonymous(this=_ARG_MIN[dialect], expressions=[key, _salted_hash(exp.column(plan.table.privacy_unit),
                                                                           [key.copy()], dialect)])
     inner = _select([exp.alias_(chosen, plan.keys[0].name, copy=False)], _table(plan, dialect), base_filter(plan), [unit])
-    cols = [exp.column(plan.keys[0].name)]
+    cols = [partitions.key_text(0, exp.column(plan.keys[0].name))]
     cols += [exp.alias_(exp.Count(this=exp.Star()), m.name, copy=False) for m in plan.measures]
     if plan.selection is not None:
         cols.append(exp.alias_(exp.Count(this=exp.Star()), "_units", copy=False))
@@ -179,7 +179,7 @@ def _distinct_on(plan: QueryPlan) -> exp.Select:
                     base_filter(plan), [])
     inner.set("distinct", exp.Distinct(on=exp.Tuple(expressions=[unit])))
     inner.set("order", order)
-    cols = [exp.column(k.name) for k in plan.keys]
+    cols = [partitions.key_text(i, exp.column(k.name)) for i, k in enumerate(plan.keys)]
     cols += [exp.alias_(exp.Count(this=exp.Star()), m.name, copy=False) for m in plan.measures]
     if plan.selection is not None:
         cols.append(exp.alias_(exp.Count(this=exp.Star()), "_units", copy=False))
@@ -189,7 +189,7 @@ def _distinct_on(plan: QueryPlan) -> exp.Select:
 
 def unique_unit(plan: QueryPlan, dialect: str) -> exp.Select:
     """One row per unit (engine-guaranteed): clip rows and aggregate per group."""
-    cols = [exp.alias_(exp.column(k.column), k.name, copy=False) for k in plan.keys]
+    cols = [partitions.key_text(i, exp.column(k.column)) for i, k in enumerate(plan.keys)]
     cols += [exp.alias_(aggregates.row_aggregate(m, dialect), m.name, copy=False) for m in plan.measures]
     cols += partitions.units_column(plan)
     # With no group choice, filtering groups after aggregation equals filtering rows

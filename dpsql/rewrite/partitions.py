@@ -14,6 +14,20 @@ from sqlglot import exp
 from dpsql.analysis.plan import QueryPlan
 
 
+def key_text(i: int, value: exp.Expression) -> exp.Expression:
+    """CAST(key AS TEXT) AS _k<i>: every group key comes back as text.
+
+    Why: the Session receives every candidate group before partition selection decides which
+    are released, so nothing it does with a key may fail on some value. A cast to text is
+    total on every engine (DuckDB and Spark print every value; PostgreSQL's output functions
+    print 'infinity', BC dates, years past 9999 and NUMERIC NaN), and the driver always loads
+    text, where psycopg would raise on a date it cannot represent. The Session turns text into
+    typed values only for released keys, and never by a conversion that can fail
+    (dpsql.session._typed_key). On PostgreSQL the cast also drops CHAR(n)'s padding, so a
+    padded value matches its public domain."""
+    return exp.alias_(exp.Cast(this=value, to=exp.DataType.build("TEXT")), f"_k{i}", copy=False)
+
+
 def domain_filter(plan: QueryPlan) -> list[exp.Expression]:
     """`key IN (domain)` for each key with a public domain."""
     out = []
