@@ -276,8 +276,14 @@ def ensure_data(people: int, data_dir: Path = DATA_DIR) -> tuple[Path, bool]:
 
 
 def bench_policy(ledger: Path) -> dict[str, Any]:
-    """The demo policy with a budget the benchmark never exhausts, and people_pk protected like people."""
+    """The demo policy with a budget the benchmark never exhausts, and people_pk protected like people.
+
+    The answer cache is off (every timed run repeats its query: a cache would answer all but the
+    first without running anything), and so is the release timing of [timing] (a policy's choice of
+    latency, not work: README "What dpsql defends against")."""
     pol = datagen.demo_policy(ledger=str(ledger), epsilon=1e9)
+    pol["reconstruction"] = {"cache_lifetime": 0}
+    pol["timing"] = {"quantum": 0, "floor": 0}
     pol["tables"]["people_pk"] = copy.deepcopy(pol["tables"]["people"])
     return pol
 

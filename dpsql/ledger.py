@@ -271,10 +271,17 @@ class Ledger:
             return None
         return row[1]
 
-    def remember(self, analyst: str, key: str, payload: str, max_age: float) -> None:
-        """Keep a released answer for identical repeats; drop this analyst's entries older than max_age."""
+    def remember(self, analyst: str, key: str, payload: str, max_age: float, max_bytes: int | None = None) -> bool:
+        """Keep a released answer for identical repeats; drop this analyst's entries older than max_age.
+
+        max_bytes caps the analyst's cached payloads (so no analyst can fill the shared ledger's
+        disk): the oldest entries are dropped to make room, and a payload larger than the cap is
+        not kept. Returns whether the answer was kept."""
         analyst = _name("analyst", analyst)
         now = time.time()
+        size = len(payload.encode("utf-8"))
+        if max_bytes is not None and size > max_bytes:
+            return False
         # Not fsync'd (synchronous=NORMAL for this one commit): a cache entry lost in a crash only
         # means the next repeat is charged again, the safe direction. The next charge's FULL commit
         # syncs the log, this entry included.
@@ -285,6 +292,16 @@ class Ledger:
                 db.execute("BEGIN IMMEDIATE")
                 try:
                     db.execute("DELETE FROM answers WHERE analyst = ? AND at < ?", (analyst, now - max_age))
+                    if max_bytes is not None:
+                        db.execute("DELETE FROM answers WHERE analyst = ? AND key = ?", (analyst, key))
+                        kept = 0
+                        rows = db.execute("SELECT key, length(CAST(payload AS BLOB)) FROM answers WHERE analyst = ? "
+                                          "ORDER BY at DESC", (analyst,)).fetchall()
+                        for old_key, n in rows:      # newest first: keep what fits beside this answer
+                            if kept + n + size <= max_bytes:
+                                kept += n
+                            else:
+                                db.execute("DELETE FROM answers WHERE analyst = ? AND key = ?", (analyst, old_key))
                     db.execute("INSERT OR REPLACE INTO answers (analyst, key, at, payload) VALUES (?, ?, ?, ?)",
                                (analyst, key, now, payload))
                     db.execute("COMMIT")
@@ -294,6 +311,7 @@ class Ledger:
                     raise
             finally:
                 db.execute("PRAGMA synchronous=FULL")
+        return True
 
     def spending(self, analyst: str, *, epsilon_total: float, delta_total: float) -> Spending:
         """The analyst's spending so far and what is left of the given totals (never below 0)."""

@@ -32,7 +32,15 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _ANALYST_NAME = re.compile(r"^[\w.@+-]{1,128}$")
 _BUDGET_KEYS = {"epsilon", "delta", "ledger"}
-_DEFAULT_KEYS = {"epsilon", "delta", "mechanism"}
+_DEFAULT_KEYS = {"epsilon", "delta", "mechanism", "min_epsilon"}
+_TIMING_KEYS = {"quantum", "floor"}
+_LIMIT_KEYS = {"max_released_rows", "max_cached_bytes"}
+DEFAULT_MIN_EPSILON = 0.01
+DEFAULT_QUANTUM = 0.05          # seconds
+DEFAULT_FLOOR = 0.1             # seconds
+DEFAULT_MAX_RELEASED_ROWS = 100_000
+DEFAULT_MAX_CACHED_BYTES = 64 * 1024 * 1024
+MAX_RELEASED_ROWS_CEILING = 1_000_000
 _TABLE_KEYS = {"privacy_unit", "max_rows_per_unit", "max_groups_per_unit", "columns", "source"}
 _COLUMN_KEYS = {"lower", "upper", "values", "identifier"}
 
@@ -129,10 +137,38 @@ class Budget:
 
 @dataclass(frozen=True, slots=True)
 class Defaults:
-    """Per-query settings an analyst may change with SET."""
+    """Per-query settings an analyst may change with SET.
+
+    min_epsilon: the smallest epsilon one query may use (SET dpsql.epsilon below it is refused).
+        Every answer also releases things that are not noised (its run time, whether it
+        succeeded); a floor on each query's price bounds how many such probes one budget buys
+        (budget.epsilon / min_epsilon), whatever else leaks per probe."""
     epsilon: float
     delta: float
     mechanism: str
+    min_epsilon: float = DEFAULT_MIN_EPSILON
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """When a private answer is released (dpsql.session.release_delay): not before `floor`
+    seconds after the query started, and then only at a whole multiple of `quantum` seconds
+    from its start, so that small data-dependent differences in run time vanish. 0 disables each."""
+    quantum: float = DEFAULT_QUANTUM
+    floor: float = DEFAULT_FLOOR
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Server resources one query or analyst may take.
+
+    max_released_rows: rows one private query may release. A query whose public domains alone
+        give more groups is refused before it is charged; groups released by partition selection
+        beyond it are cut (in key order) and the answer says so.
+    max_cached_bytes: size of one analyst's answer cache in the ledger; the oldest answers are
+        dropped to make room, and an answer larger than it is not cached (a repeat is charged)."""
+    max_released_rows: int = DEFAULT_MAX_RELEASED_ROWS
+    max_cached_bytes: int = DEFAULT_MAX_CACHED_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +216,8 @@ class Policy:
     reconstruction: Reconstruction = field(default_factory=Reconstruction)
     server: Server = field(default_factory=Server)
     analysts: Mapping[str, Analyst] = field(default_factory=dict)
+    timing: Timing = field(default_factory=Timing)
+    limits: Limits = field(default_factory=Limits)
 
     def table(self, name: str) -> TablePolicy | None:
         return self.tables.get(name.lower())
@@ -273,7 +311,11 @@ def _build(data: Mapping[str, Any], source: str, *, base: Path, text: str | None
         raise where.error("defaults.mechanism", f"must be one of {', '.join(MECHANISMS)}")
     if mech != "laplace" and d_delta <= 0:
         raise where.error("defaults.delta", "the Gaussian mechanisms need a positive delta")
-    defaults = Defaults(d_eps, d_delta, mech)
+    min_eps = _number(where, "defaults.min_epsilon", d.get("min_epsilon", min(DEFAULT_MIN_EPSILON, d_eps)),
+                      positive=True, allow_zero=False)
+    if min_eps > d_eps:
+        raise where.error("defaults.min_epsilon", "exceeds defaults.epsilon")
+    defaults = Defaults(d_eps, d_delta, mech, min_eps)
 
     tables: dict[str, TablePolicy] = {}
     for tname, t in _table(where, "tables", data.get("tables", {})).items():
@@ -284,7 +326,9 @@ def _build(data: Mapping[str, Any], source: str, *, base: Path, text: str | None
     recon = _reconstruction(where, data.get("reconstruction", {}), base)
     server = _server(where, data.get("server", {}), base)
     analysts = _analysts(where, data.get("analysts", {}), defaults)
-    return Policy(budget, defaults, tables, source, recon, server, analysts)
+    timing = _timing(where, data.get("timing", {}))
+    limits = _limits(where, data.get("limits", {}))
+    return Policy(budget, defaults, tables, source, recon, server, analysts, timing=timing, limits=limits)
 
 
 def _path(where: _Where, key: str, value: Any, base: Path) -> Path:
@@ -317,6 +361,28 @@ def _reconstruction(where: _Where, r: Any, base: Path) -> Reconstruction:
     audit = r.get("audit_log")
     audit = _path(where, "reconstruction.audit_log", audit, base) if audit is not None else None
     return Reconstruction(surcharge, cap, lifetime, audit)
+
+
+def _timing(where: _Where, t: Any) -> Timing:
+    t = _table(where, "timing", t)
+    _unknown(where, "timing.", t, _TIMING_KEYS)
+    quantum = _duration(where, "timing.quantum", t.get("quantum", DEFAULT_QUANTUM))
+    floor = _duration(where, "timing.floor", t.get("floor", DEFAULT_FLOOR))
+    if quantum > 60 or floor > 600:
+        raise where.error("timing", "quantum is at most 60 s and floor at most 600 s")
+    return Timing(quantum, floor)
+
+
+def _limits(where: _Where, lim: Any) -> Limits:
+    lim = _table(where, "limits", lim)
+    _unknown(where, "limits.", lim, _LIMIT_KEYS)
+    rows = lim.get("max_released_rows", DEFAULT_MAX_RELEASED_ROWS)
+    if isinstance(rows, bool) or not isinstance(rows, int) or not 1 <= rows <= MAX_RELEASED_ROWS_CEILING:
+        raise where.error("limits.max_released_rows", f"must be a whole number from 1 to {MAX_RELEASED_ROWS_CEILING}")
+    size = lim.get("max_cached_bytes", DEFAULT_MAX_CACHED_BYTES)
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= 1 << 40:
+        raise where.error("limits.max_cached_bytes", "must be a whole number of bytes from 0 (no cache) to 2**40")
+    return Limits(rows, size)
 
 
 def _server(where: _Where, s: Any, base: Path) -> Server:

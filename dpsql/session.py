@@ -18,6 +18,7 @@ import logging
 import math
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
@@ -72,6 +73,7 @@ class Result:
     db_types: list[str] = field(default_factory=list)   # per column: SQL type name (DOUBLE for noisy values)
     cached: bool = False                  # an identical earlier answer, repeated free of charge
     surcharge: float = 0.0                # epsilon added because the query selects people by identity
+    truncated: int = 0                    # released groups cut by [limits] max_released_rows
 
     @property
     def status(self) -> str:
@@ -84,6 +86,9 @@ class Result:
         if self.cached:
             return (f"repeated the identical earlier answer; nothing charged; "
                     f"remaining epsilon {s.epsilon_remaining:g}, delta {s.delta_remaining:g}")
+        if self.truncated:
+            extra += (f"; {self.truncated} more released groups were cut by the policy's "
+                      f"max_released_rows (add LIMIT or narrow the query)")
         return (f"epsilon charged {self.cost.epsilon:g}" + extra
                 + (f", delta {self.cost.delta:g}" if self.cost.delta else "")
                 + f"; remaining epsilon {s.epsilon_remaining:g}, delta {s.delta_remaining:g}")
@@ -239,6 +244,14 @@ class Session:
                       tag=f"SELECT {len(rows.rows)}", db_types=list(rows.types))
 
     def _run_private(self, plan: QueryPlan) -> Result:
+        """Answer a private query; released no earlier than the policy's [timing] allows."""
+        start = time.monotonic()
+        try:
+            return self._answer(plan)
+        finally:
+            release_delay(start, self.policy.timing)
+
+    def _answer(self, plan: QueryPlan) -> Result:
         recon = self.policy.reconstruction
         key = self._answer_key(plan) if recon.cache_lifetime > 0 else None
         hit = self.ledger.cached(self.analyst, key, recon.cache_lifetime) if key else None
@@ -276,11 +289,16 @@ class Session:
         spending = self.ledger.spending(self.analyst, epsilon_total=b.epsilon, delta_total=b.delta)
         db_types = self._db_types(plan)
         accuracy = [self._accuracy(o, mechs) for o in plan.outputs]
-        result = Result(table.columns, [_type_name(t) for t in db_types], table.rows, "private", accuracy,
-                        table.widths, charged, spending, tag=f"SELECT {len(table.rows)}", db_types=db_types,
-                        surcharge=surcharge)
+        rows, widths, cut = table.rows, table.widths, 0
+        limit = self.policy.limits.max_released_rows
+        if len(rows) > limit:       # partition selection released more groups than the policy allows
+            rows, widths, cut = rows[:limit], widths[:limit], len(rows) - limit
+        result = Result(table.columns, [_type_name(t) for t in db_types], rows, "private", accuracy,
+                        widths, charged, spending, tag=f"SELECT {len(rows)}", db_types=db_types,
+                        surcharge=surcharge, truncated=cut)
         if key is not None:
-            self.ledger.remember(self.analyst, key, self._to_cache(result), recon.cache_lifetime)
+            self.ledger.remember(self.analyst, key, self._to_cache(result), recon.cache_lifetime,
+                                 self.policy.limits.max_cached_bytes)
         return result
 
     # -- the reconstruction defence: surcharge, cap, cache, audit (dpsql.analysis.reconstruction, dpsql.guard)
@@ -450,6 +468,11 @@ class Session:
             eps = _float_setting(name, value)
             if not eps > 0:
                 raise InvalidSetting("dpsql.epsilon must be positive")
+            floor = self.policy.defaults.min_epsilon
+            if eps < floor:
+                raise InvalidSetting(f"dpsql.epsilon {eps:g} is below the policy's minimum {floor:g} per query: "
+                                     "every answer also reveals a little that is not noised (such as its run "
+                                     "time), so the number of queries one budget buys is bounded")
             total = self.budget.epsilon
             if eps > total:
                 raise InvalidSetting(f"dpsql.epsilon {eps:g} exceeds the lifetime budget {total:g}")
@@ -518,6 +541,28 @@ class Session:
         col = name.split(".", 1)[1]
         return Result([col], ["number" if isinstance(v, float) else "string"], [(v,)], "show", [None], [(None,)],
                       tag="SHOW", db_types=["DOUBLE" if isinstance(v, float) else "VARCHAR"])
+
+
+def release_delay(start: float, timing) -> None:
+    """Sleep until the answer may be released: at least timing.floor seconds after `start`, and
+    then at the next whole multiple of timing.quantum seconds after it.
+
+    Run time is released with every answer and carries no noise. Work that depends on the data
+    is kept small by construction (no statistics-based pruning: dpsql.rewrite.contribution.hit),
+    and what remains is hidden here: a query that finishes before the floor is released at the
+    floor exactly, whatever its data; a longer one at a multiple of the quantum, so that only a
+    difference that moves it across a multiple shows. This is Haeberlen, Pierce & Narayan's
+    predictable query time ("Differential Privacy Under Fire", USENIX Security 2011) in its
+    simplest form; the README's threat model states the residual channel."""
+    if timing.quantum <= 0 and timing.floor <= 0:
+        return
+    elapsed = time.monotonic() - start
+    target = elapsed
+    if timing.quantum > 0:
+        target = math.ceil(elapsed / timing.quantum) * timing.quantum
+    target = max(target, timing.floor)
+    while (left := target - (time.monotonic() - start)) > 0:
+        time.sleep(left)
 
 
 def _explain_result(rows: list[tuple]) -> Result:

@@ -568,7 +568,8 @@ class _Analysis:
                 if target == exp.DataType.Type.DATE and _DATE.fullmatch(text):
                     _dt.date.fromisoformat(text)
                     return "lit:date"
-                if target in (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.DATETIME) and _TIMESTAMP.fullmatch(text):
+                if target in (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.DATETIME, exp.DataType.Type.TIMESTAMPNTZ,
+                              exp.DataType.Type.TIMESTAMPTZ) and _TIMESTAMP.fullmatch(text):
                     _dt.datetime.fromisoformat(text)
                     return "lit:timestamp"
             except ValueError:
@@ -787,6 +788,11 @@ class _Analysis:
         domain_size = math.prod(len(k.domain) for k in self.keys) if public else None
         if domain_size is not None and domain_size > MAX_PUBLIC_GROUPS:
             raise QueryRejected("this GROUP BY", f"its public domains give more than {MAX_PUBLIC_GROUPS} groups")
+        most = self.policy.limits.max_released_rows
+        if domain_size is not None and domain_size > most and (limit is None or limit > most):
+            raise QueryRejected("this GROUP BY", f"its public domains give {domain_size} groups, more than the "
+                                f"{most} rows one query may release (the policy's max_released_rows)",
+                                f"add LIMIT {most} or fewer, or group by fewer columns")
         if not self.keys or not bounded:
             l0 = 1
         else:

@@ -1,0 +1,132 @@
+"""Every expression the analysis lets reach an engine is total (engine-free half of the proof;
+tests/integration/test_extreme_values.py runs the other half on DuckDB, PostgreSQL and Spark).
+
+What is checked here is the SQL the analysis writes: LIKE patterns with a dangling escape are
+refused and every pattern goes out with an explicit ESCAPE; columns are compared only at identical
+types or through a cast that cannot fail on that engine; a DATE column only meets DATE literals; a
+nanosecond timestamp only literals in its range; numeric literals on PostgreSQL stay NUMERIC."""
+from __future__ import annotations
+
+import pytest
+from sqlglot import exp
+
+from dpsql.analysis.analyze import Schema, Settings, analyze
+from dpsql.analysis.parse import classify
+from dpsql.errors import QueryRejected
+from dpsql.policy import load_policy
+from dpsql.rewrite import to_sql
+
+DIALECTS = ("duckdb", "postgres", "spark")
+TYPES = {
+    "duckdb": {"pid": "BIGINT", "d": "DATE", "d2": "DATE", "ts": "TIMESTAMP", "tns": "TIMESTAMP_NS",
+               "tz": "TIMESTAMP WITH TIME ZONE", "n": "DECIMAL(38,10)", "f": "DOUBLE", "i": "INTEGER",
+               "h": "HUGEINT", "s": "VARCHAR", "c": "VARCHAR"},
+    "postgres": {"pid": "bigint", "d": "date", "d2": "date", "ts": "timestamp without time zone",
+                 "tns": "timestamp without time zone", "tz": "timestamp with time zone", "n": "numeric",
+                 "f": "double precision", "i": "integer", "h": "bigint", "s": "text", "c": "character(4)"},
+    "spark": {"pid": "bigint", "d": "date", "d2": "date", "ts": "timestamp_ntz", "tns": "timestamp_ntz",
+              "tz": "timestamp", "n": "decimal(38,10)", "f": "double", "i": "int", "h": "bigint",
+              "s": "string", "c": "char(4)"},
+}
+POLICY = load_policy({
+    "budget": {"epsilon": 10.0, "delta": 1e-3, "ledger": "unused.sqlite"},
+    "defaults": {"epsilon": 1.0, "delta": 1e-6},
+    "tables": {"x": {"privacy_unit": "pid", "columns": {
+        "d": {}, "d2": {}, "ts": {}, "tns": {}, "tz": {}, "n": {"lower": 0, "upper": 10}, "f": {"lower": 0, "upper": 10},
+        "i": {"lower": 0, "upper": 10}, "h": {}, "s": {}, "c": {"values": ["CA", "NY"]}}}},
+})
+SETTINGS = Settings(1.0, 1e-6, "laplace")
+
+
+def plan(where: str, dialect: str = "duckdb"):
+    schema = Schema(columns={"x": TYPES[dialect]}, base_tables=frozenset({"x"}))
+    tree = classify(f"SELECT COUNT(*) FROM x WHERE {where}", dialect=dialect).tree
+    return analyze(tree, POLICY, schema, SETTINGS, dialect)
+
+
+def refused(where: str, dialect: str = "duckdb") -> str:
+    with pytest.raises(QueryRejected) as err:
+        plan(where, dialect)
+    return str(err.value)
+
+
+# ---------------------------------------------------------------------------------------- LIKE
+
+@pytest.mark.parametrize("dialect", ("duckdb", "postgres"))     # Spark's string literals use \ escapes themselves
+@pytest.mark.parametrize("pattern", ["a\\", "\\", "%\\", "a\\b", "\\a%", "%_\\ "])
+def test_dangling_or_foreign_escape_refused(dialect, pattern):
+    lit = pattern.replace("'", "''")
+    assert "escape" in refused(f"s LIKE '{lit}'", dialect).lower()
+    assert "escape" in refused(f"s NOT ILIKE '{lit}'", dialect).lower()
+
+
+@pytest.mark.parametrize("dialect", ("duckdb", "postgres"))
+@pytest.mark.parametrize("pattern", ["", "%", "_", "a\\%", "a\\_b", "\\\\", "x\\\\%", "100\\%"])
+def test_wellformed_patterns_go_out_with_an_explicit_escape(dialect, pattern):
+    p = plan(f"s LIKE '{pattern}' OR s ILIKE '{pattern}'", dialect)
+    escapes = list(p.where.find_all(exp.Escape))
+    assert len(escapes) == 2 and all(e.expression.this == "\\" for e in escapes)
+    sql = to_sql(p, dialect)
+    assert sql.count("ESCAPE") == 2
+
+
+def test_user_escape_clause_and_long_patterns_refused():
+    refused("s LIKE 'a!%' ESCAPE '!'")
+    refused("s LIKE '" + "a" * 1001 + "'")
+    plan("s LIKE '" + "a" * 1000 + "'")
+
+
+# ---------------------------------------------------------------------------------------- dates and times
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_date_column_meets_only_date_literals(dialect):
+    plan("d < DATE '2020-01-01' AND d BETWEEN DATE '0001-01-01' AND DATE '9999-12-31'", dialect)
+    assert "date" in refused("d < TIMESTAMP '2020-01-01 00:00:00'", dialect).lower()
+    refused("d IN (TIMESTAMP '2020-01-01 00:00:00')", dialect)
+    refused("TIMESTAMP '2020-01-01 00:00:00' = d", dialect)
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_timestamp_columns_take_date_and_timestamp_literals(dialect):
+    plan("ts < DATE '2020-01-01' AND tz >= TIMESTAMP '2020-01-01 10:00:00' AND ts <> TIMESTAMP '9999-12-31 00:00:00'",
+         dialect)
+
+
+def test_nanosecond_timestamps_only_meet_literals_in_their_range():
+    plan("tns < DATE '2261-01-01'")
+    plan("tns BETWEEN DATE '1678-01-01' AND TIMESTAMP '2261-12-31 23:59:59'")
+    for lit in ("DATE '9999-12-31'", "DATE '0001-01-01'", "TIMESTAMP '2262-04-12 00:00:00'", "DATE '1677-01-01'"):
+        assert "range" in refused(f"tns < {lit}")
+        refused(f"tns IN ({lit})")
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+@pytest.mark.parametrize("pair", ["d = ts", "ts < tns", "tz = ts", "d < tz", "i = s", "d = s"])
+def test_columns_of_different_date_or_foreign_types_are_not_compared(dialect, pair):
+    if dialect in ("postgres", "spark") and pair == "ts < tns":
+        plan(pair, dialect)        # one type there (no nanosecond timestamps)
+        return
+    refused(pair, dialect)
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_identical_types_compare_as_they_are(dialect):
+    p = plan("d < d2 AND s = s AND i > i", dialect)
+    assert not list(p.where.find_all(exp.Cast))
+
+
+# ---------------------------------------------------------------------------------------- numbers
+
+def test_numeric_column_pairs_are_cast_to_a_type_every_value_fits():
+    for dialect, target in (("duckdb", exp.DataType.Type.DOUBLE), ("spark", exp.DataType.Type.DOUBLE),
+                            ("postgres", exp.DataType.Type.DECIMAL)):
+        casts = list(plan("n < f AND i = h", dialect).where.find_all(exp.Cast))
+        assert len(casts) == 4 and {c.to.this for c in casts} == {target}, dialect
+
+
+def test_numeric_literals_stay_numeric_on_postgres():
+    """A NUMERIC column beyond 1e308 cannot be cast to float8: no DOUBLE casts there."""
+    p = plan("n > 1.5 AND f < 2 AND i BETWEEN -1.5 AND 3 AND n IN (1, 2.25)", "postgres")
+    assert not list(p.where.find_all(exp.Cast))
+    d = plan("n > 1.5 AND f < 2", "duckdb")
+    assert {c.to.this for c in d.where.find_all(exp.Cast)} == {exp.DataType.Type.DOUBLE}
