@@ -92,9 +92,10 @@ def make_secret_db(directory: Path, n: int, seed: int) -> Secret:
 
 
 def attacker_policy(ledger: Path | str) -> dict[str, Any]:
-    """The demo's defaults for the secret table: epsilon 10 / delta 1e-6 lifetime, 0.5 per query."""
+    """The demo's defaults for the secret table: epsilon 10 / delta 1e-6 lifetime, 0.5 per query,
+    under basic composition (the accounting its published results were made with)."""
     return {
-        "budget": {"epsilon": BUDGET_EPSILON, "delta": BUDGET_DELTA, "ledger": str(ledger)},
+        "budget": {"epsilon": BUDGET_EPSILON, "delta": BUDGET_DELTA, "ledger": str(ledger), "accountant": "basic"},
         "defaults": {"epsilon": QUERY_EPSILON, "mechanism": "laplace"},
         "tables": {
             "people": {

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dpsql.analysis.analyze import Schema, check_policy_types
-from dpsql.engines.base import Engine, open_engine
+from dpsql.analysis.analyze import check_policy_types
+from dpsql.engines.base import Engine, open_engine, path_sources
 from dpsql.errors import Error, PolicyError
 from dpsql.ledger import Ledger, Spending
-from dpsql.policy import Policy, load_policy
-from dpsql.session import _ledger_path
+from dpsql.policy import Policy, load_policy, policy_problems
+from dpsql.session import _ledger_path, read_schema
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +31,7 @@ class PolicyCheck:
     source: str
     tables: tuple[str, ...]
     problems: tuple[str, ...]
+    warnings: tuple[str, ...] = ()        # not errors, but a data owner should read them
 
     @property
     def ok(self) -> bool:
@@ -54,10 +55,12 @@ def spending_report(policy: Any) -> list[AnalystSpending]:
     if not Path(path).exists():
         return []
     with Ledger(path) as ledger:
-        return [AnalystSpending(ledger.spending(a, epsilon_total=pol.budget_for(a).epsilon,
-                                                delta_total=pol.budget_for(a).delta),
-                                len(ledger.charges(a)))
-                for a in ledger.analysts()]
+        out = []
+        for a in ledger.analysts():
+            b = pol.budget_for(a)
+            out.append(AnalystSpending(ledger.spending(a, epsilon_total=b.epsilon, delta_total=b.delta,
+                                                       accountant=b.accountant), len(ledger.charges(a))))
+        return out
 
 
 def check_policy(path: str | os.PathLike, database: Any = None, **engine_options: Any) -> PolicyCheck:
@@ -65,49 +68,78 @@ def check_policy(path: str | os.PathLike, database: Any = None, **engine_options
     columns and types. Opens no Session and touches no ledger. Problems name the file and,
     where the key is found in the file, its line."""
     source = os.fspath(path)
-    try:
-        pol = load_policy(source)
-    except PolicyError as err:
-        return PolicyCheck(source, (), (str(err),))
-    try:
-        text = Path(source).read_text(encoding="utf-8")
-    except OSError:
-        text = ""
+    pol, found = policy_problems(source)
+    if pol is None:
+        return PolicyCheck(source, (), tuple(str(err) for err in found))
+    text = pol.text or ""
     problems: list[str] = []
+    warnings: list[str] = []
+    if pol.public.undeclared == "public":
+        warnings.append(f"policy {pol.source}: public.undeclared: \"public\" lets every analyst read, row by "
+                        "row, any table the policy does not protect, including tables created later; "
+                        "list the public tables under [public] tables instead")
     if database is not None:
         try:
-            engine = open_engine(database, **engine_options)
+            engine = open_engine(database, sources=path_sources(pol), **engine_options)
         except Error as err:
             return PolicyCheck(source, tuple(pol.tables), (f"database {database}: {err}",))
         try:
             problems = _schema_problems(pol, engine)
+            warnings += _public_warnings(pol, engine)
         except Error as err:
             problems = [str(err)]
         finally:
             engine.close()
-    return PolicyCheck(source, tuple(pol.tables), tuple(_with_line(p, pol.source, text) for p in problems))
+    return PolicyCheck(source, tuple(pol.tables), tuple(_with_line(p, pol.source, text) for p in problems),
+                       tuple(_with_line(w, pol.source, text) for w in warnings))
+
+
+def _public_warnings(pol: Policy, engine: Engine) -> list[str]:
+    """Public tables that are missing, and (for information) the tables an analyst cannot read."""
+    out = []
+    base = engine.base_tables()
+    for name in sorted(pol.public.tables):
+        if name.rsplit(".", 1)[-1] not in base:
+            out.append(f"policy {pol.source}: public.tables: {name!r} is not a base table in the database")
+    protected = {t.name for t in pol.tables.values()} | {
+        t.source.lower().rsplit(".", 1)[-1] for t in pol.tables.values() if t.source}
+    rest = sorted(base - protected)
+    if pol.public.undeclared == "public":
+        opened = [n for n in rest if n not in pol.public.tables]
+        if opened:
+            out.append(f"policy {pol.source}: public.undeclared: these tables are readable row by row only "
+                       f"because of undeclared = \"public\": {', '.join(opened)}")
+    else:
+        refused = [n for n in rest if not pol.is_public(n)]
+        if refused:
+            out.append(f"policy {pol.source}: public.tables: these tables are neither protected nor public, "
+                       f"so every query on them is refused: {', '.join(refused)}")
+    return out
 
 
 def _schema_problems(pol: Policy, engine: Engine) -> list[str]:
-    """Every mismatch between the policy and the engine's schema (as Session._read_schema checks)."""
+    """Every mismatch between the policy and the engine's schema (as a Session checks it), each
+    with its line in the policy file."""
+    refs = list(dict.fromkeys(t.source or t.name for t in pol.tables.values()))
+    facts = engine.facts(refs)
+
+    def columns(name: str) -> dict[str, str]:
+        if name not in facts:
+            raise KeyError(name)
+        return dict(facts[name].columns)
+
+    found: list[PolicyError] = []
+    pol.check_schema(columns, problems=found)
+    if found:
+        return [str(err) for err in found]
     try:
-        pol.check_schema(engine.table_columns)
+        schema = read_schema(pol, engine, check_types=False)
     except PolicyError as err:
         return [str(err)]
-    cols, unique, not_null = {}, set(), set()
-    for t in pol.tables.values():
-        name = t.source or t.name
-        cols[t.name] = engine.table_columns(name)
-        if t.privacy_unit in engine.unique_columns(name):
-            unique.add(t.name)
-        if t.privacy_unit in engine.not_null_columns(name):
-            not_null.add(t.name)
-    schema = Schema(cols, frozenset(unique), frozenset(engine.base_tables()), frozenset(engine.views()),
-                    frozenset(not_null))
     return [f"policy {pol.source}: {p}" for p in check_policy_types(pol, schema)]
 
 
-_PROBLEM = re.compile(r"^policy (?P<src>.+?): (?P<key>[\w-]+(?:\.[\w-]+)*): (?P<rest>.*)$", re.S)
+_PROBLEM = re.compile(r"^policy (?P<src>.+?): (?P<key>[\w-]+(?:\.[\w-]+)*): (?P<rest>.*)$", re.DOTALL)
 
 
 def _with_line(problem: str, source: str, text: str) -> str:

@@ -9,18 +9,24 @@ per-group sensitivity is multiplied by that limit instead (Wilson et al. 2020).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
+from fractions import Fraction
 
 
 @dataclass(frozen=True, slots=True)
 class Cost:
-    """An (epsilon, delta) privacy cost."""
+    """An (epsilon, delta) privacy cost, and, once the mechanisms are known, its zero-concentrated
+    DP cost: rho (exact) and the delta outside zCDP (partition selection). See dpsql.accounting."""
     epsilon: float
     delta: float = 0.0
+    rho: Fraction | None = None          # None: not (yet) computed
+    zcdp_delta: float = 0.0
 
-    def __add__(self, other: "Cost") -> "Cost":
-        return Cost(self.epsilon + other.epsilon, self.delta + other.delta)
+    def __add__(self, other: Cost) -> Cost:
+        rho = None if self.rho is None or other.rho is None else self.rho + other.rho
+        return Cost(self.epsilon + other.epsilon, self.delta + other.delta, rho,
+                    self.zcdp_delta + other.zcdp_delta)
 
 
 ZERO = Cost(0.0, 0.0)

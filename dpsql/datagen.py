@@ -14,6 +14,7 @@ a geometric tail of visits per person up to MAX_VISITS (per-person bounding matt
 """
 from __future__ import annotations
 
+import datetime as _dt
 import hashlib
 import math
 from collections.abc import Sequence
@@ -91,16 +92,22 @@ def generate(con: duckdb.DuckDBPyConnection, people: int, *, seed: int = 0,
 
 
 def demo_policy(ledger: str = "budget.sqlite", *, epsilon: float = 10.0, delta: float = 1e-6,
-                query_epsilon: float = 0.5) -> dict[str, Any]:
+                query_epsilon: float = 0.5, mechanism: str = "laplace",
+                accountant: str | None = None, query_rho: float | None = None) -> dict[str, Any]:
     """The policy (as a dict, the structure of the TOML file) for the generated tables.
 
     A relative `ledger` is resolved against the policy file's directory (or the working
-    directory when the dict is passed directly).
+    directory when the dict is passed directly). `accountant` None leaves the policy's default;
+    `query_rho` sets [defaults] rho (each query calibrated to that zCDP cost).
     """
     states = sorted(v for v, _ in STATES)
+    budget: dict[str, Any] = {"epsilon": epsilon, "delta": delta, "ledger": ledger}
+    if accountant is not None:
+        budget["accountant"] = accountant
     return {
-        "budget": {"epsilon": epsilon, "delta": delta, "ledger": ledger},
-        "defaults": {"epsilon": query_epsilon, "mechanism": "laplace"},
+        "budget": budget,
+        "defaults": {"epsilon": query_epsilon, "mechanism": mechanism,
+                     **({"rho": query_rho} if query_rho is not None else {})},
         "tables": {
             "people": {
                 "privacy_unit": "person_id",
@@ -122,10 +129,11 @@ def demo_policy(ledger: str = "budget.sqlite", *, epsilon: float = 10.0, delta: 
                     "cost": {"lower": 0, "upper": 2_000},
                     "state": {"values": list(states)},
                     "kind": {"values": [v for v, _ in KINDS]},
-                    "visit_date": {},
+                    "visit_date": {"lower": _dt.date(2023, 1, 1), "upper": _dt.date(2024, 12, 31)},
                 },
             },
         },
+        "public": {"tables": []},      # no table here may be read row by row
     }
 
 

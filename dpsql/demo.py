@@ -9,6 +9,7 @@ files exist, ensure_demo only checks that they do (no duckdb import).
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import math
 import os
 import re
@@ -27,7 +28,9 @@ DEMO_PEOPLE = 20_000
 DEMO_SEED = 0
 DEMO_EPSILON = 10.0                     # lifetime, per analyst
 DEMO_DELTA = 1e-6
-DEMO_QUERY_EPSILON = 0.5                # per query unless SET
+DEMO_QUERY_EPSILON = 0.5                # per query after SET dpsql.epsilon (ends the default rho)
+DEMO_QUERY_RHO = 0.05                   # per query unless SET: zCDP accounting, Gaussian noise
+DEMO_MECHANISM = "gaussian"             # under zCDP, Gaussian noise is the cheaper (README: The ledger)
 
 _DB, _POLICY, _LOCK = "demo.duckdb", "policy.toml", ".lock"
 _TMP = ".tmp-"                      # prefix of files being built; leftovers of a crash are removed
@@ -66,7 +69,8 @@ def _demo_policy() -> dict[str, Any]:
     from dpsql.datagen import demo_policy
 
     return demo_policy("budget.sqlite", epsilon=DEMO_EPSILON, delta=DEMO_DELTA,
-                       query_epsilon=DEMO_QUERY_EPSILON)
+                       query_epsilon=DEMO_QUERY_EPSILON, mechanism=DEMO_MECHANISM, accountant="zcdp",
+                       query_rho=DEMO_QUERY_RHO)
 
 
 def _build_database(db: Path) -> None:
@@ -148,10 +152,12 @@ _HEADER = """\
 # dpsql demo policy: what an analyst may ask of demo.duckdb, and how much privacy it costs.
 # Written by dpsql.demo on first use; delete this file (or the whole demo directory) to have it rewritten.
 #
-# [budget]            each analyst's lifetime privacy budget (epsilon, delta), and the SQLite
-#                     ledger that records spending (a relative path is relative to this file)
+# [budget]            each analyst's lifetime privacy budget (epsilon, delta), the SQLite ledger
+#                     that records spending (a relative path is relative to this file), and how
+#                     queries are added up: accountant "zcdp" (each query costs rho; the total must
+#                     convert to within epsilon, delta) or "basic" (epsilons and deltas add)
 # [defaults]          per-query cost and noise mechanism, unless a session sets others
-#                     (SET dpsql.epsilon = ...)
+#                     (SET dpsql.rho = ..., or SET dpsql.epsilon = ... for an (epsilon, delta) per query)
 # [tables.<name>]     a protected table: privacy_unit is the column that identifies a person;
 #                     one person contributes at most max_rows_per_unit rows and to at most
 #                     max_groups_per_unit groups of a GROUP BY (the rest are dropped before aggregating)
@@ -160,6 +166,9 @@ _HEADER = """\
 #                     to them before SUM or AVG; values: the public list of keys, every one of which a
 #                     GROUP BY releases; {} declares a column for filtering only (grouping by it needs
 #                     a noisy threshold on each key)
+# [public]            tables: the tables analysts may read row by row (lookup tables, say). Any table
+#                     that is neither protected nor listed here is refused, including tables created
+#                     later (undeclared = "refuse", the default; "public" reopens them all)
 """
 
 _SECTION_NOTES = {
@@ -188,6 +197,10 @@ def policy_toml(policy: Mapping[str, Any], header: str = _HEADER) -> str:
         if columns:
             out += ["", f"[tables.{_key(name)}.columns]"]
             out += [f"{_key(c)} = {_inline(spec)}" for c, spec in columns.items()]
+    for section in ("public", "timing", "limits"):
+        if section in policy:
+            out += ["", f"[{section}]"]
+            out += [f"{_key(k)} = {_value(v)}" for k, v in policy[section].items()]
     if "reconstruction" in policy:
         out += ["", "[reconstruction]"]
         out += [f"{_key(k)} = {_value(v)}" for k, v in policy["reconstruction"].items()]
@@ -197,7 +210,8 @@ def policy_toml(policy: Mapping[str, Any], header: str = _HEADER) -> str:
     for name, entry in policy.get("analysts", {}).items():
         out += ["", f"[analysts.{_key(name)}]"]
         out += [f"{_key(k)} = {_value(v)}" for k, v in entry.items()]
-    unknown = set(policy) - {"budget", "defaults", "tables", "reconstruction", "server", "analysts"}
+    unknown = set(policy) - {"budget", "defaults", "tables", "public", "timing", "limits", "reconstruction",
+                             "server", "analysts"}
     if unknown:
         raise ValueError(f"policy_toml: unknown section {sorted(unknown)[0]!r}")
     return "\n".join(out) + "\n"
@@ -222,6 +236,8 @@ def _value(value: Any) -> str:
         if not math.isfinite(value):
             raise ValueError("policy_toml: numbers must be finite")
         return repr(value)                 # '10.0', '1e-06': both valid TOML floats
+    if isinstance(value, _dt.date) and not isinstance(value, _dt.datetime):
+        return value.isoformat()           # a TOML local date: 2023-01-01
     if isinstance(value, (str, os.PathLike)):
         return _string(os.fspath(value))
     if isinstance(value, (list, tuple)):

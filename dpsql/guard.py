@@ -25,7 +25,7 @@ from typing import Any
 
 from dpsql.errors import OperationalError
 
-__all__ = ["answer_key", "encode", "decode", "AuditLog"]
+__all__ = ["AuditLog", "answer_key", "decode", "encode"]
 
 
 def answer_key(target: str, query: str, epsilon: float, delta: float, mechanism: str) -> str:
@@ -108,7 +108,7 @@ class AuditLog:
     def write(self, event: str, analyst: str, **fields: Any) -> None:
         """Append one line: time (UTC, ISO 8601), analyst, event, then the given fields.
         A failure raises OperationalError: the caller releases nothing it could not audit."""
-        record = {"time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds"),
+        record = {"time": _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds"),
                   "analyst": analyst, "event": event, **fields}
         line = (json.dumps(record, separators=(",", ":"), default=str) + "\n").encode()
         with self._lock:

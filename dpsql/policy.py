@@ -9,30 +9,37 @@ Names are case-insensitive (stored lower-case), as unquoted SQL identifiers are.
 """
 from __future__ import annotations
 
+import datetime as _dt
 import math
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from dpsql.errors import PolicyError
 
 MECHANISMS = ("laplace", "gaussian", "gaussian_classic")
 
-_TOP_KEYS = {"budget", "defaults", "tables", "reconstruction", "server", "analysts", "public", "limits", "timing"}
+_TOP_KEYS = {"budget", "defaults", "tables", "reconstruction", "server", "analysts", "public", "limits", "timing",
+             "functions"}
 _RECON_KEYS = {"surcharge", "max_subset_queries", "cache_lifetime", "audit_log"}
-_SERVER_KEYS = {"auth", "tls_cert", "tls_key", "max_message_bytes"}
-_ANALYST_KEYS = {"password", "epsilon", "delta"}
+_SERVER_KEYS = {"auth", "tls_cert", "tls_key", "max_message_bytes", "max_concurrent_queries",
+                "catalog_timeout", "catalog_max_rows"}
+_PUBLIC_KEYS = {"tables", "undeclared"}
+UNDECLARED = ("refuse", "public")
+_ANALYST_KEYS = {"password", "epsilon", "delta", "accountant"}
 AUTH_METHODS = ("scram-sha-256", "trust")
 DEFAULT_SURCHARGE = 1.0
 DEFAULT_CACHE_LIFETIME = 30 * 86400     # seconds
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _ANALYST_NAME = re.compile(r"^[\w.@+-]{1,128}$")
-_BUDGET_KEYS = {"epsilon", "delta", "ledger"}
-_DEFAULT_KEYS = {"epsilon", "delta", "mechanism", "min_epsilon"}
+_BUDGET_KEYS = {"epsilon", "delta", "ledger", "accountant"}
+_DEFAULT_KEYS = {"epsilon", "delta", "mechanism", "min_epsilon", "min_rho", "rho"}
+ACCOUNTANTS = ("zcdp", "basic")
 _TIMING_KEYS = {"quantum", "floor"}
 _LIMIT_KEYS = {"max_released_rows", "max_cached_bytes"}
 DEFAULT_MIN_EPSILON = 0.01
@@ -41,21 +48,33 @@ DEFAULT_FLOOR = 0.1             # seconds
 DEFAULT_MAX_RELEASED_ROWS = 100_000
 DEFAULT_MAX_CACHED_BYTES = 64 * 1024 * 1024
 MAX_RELEASED_ROWS_CEILING = 1_000_000
-_TABLE_KEYS = {"privacy_unit", "max_rows_per_unit", "max_groups_per_unit", "columns", "source"}
-_COLUMN_KEYS = {"lower", "upper", "values", "identifier"}
+_TABLE_KEYS = {"privacy_unit", "link", "max_rows_per_unit", "max_groups_per_unit", "columns", "source"}
+_LINK = re.compile(r"^\s*(\w+)\s*->\s*(\w+)\s*\.\s*(\w+)\s*$")
+_COLUMN_KEYS = {"lower", "upper", "values", "identifier", "bounds"}
 
 
 class _Where:
     """Formats 'file: key: problem' messages; 'file: line N: key: problem' when the TOML
     text is known and the key (or its nearest enclosing table) is found in it."""
 
-    def __init__(self, source: str, text: str | None = None):
-        self.source, self.text = source, text
+    def __init__(self, source: str, text: str | None = None, problems: list[PolicyError] | None = None):
+        self.source, self.text, self.problems = source, text, problems
 
     def error(self, key: str, problem: str) -> PolicyError:
         line = locate(self.text, key) if self.text is not None else None
         at = f"line {line}: " if line is not None else ""
         return PolicyError(f"policy {self.source}: {at}{key}: {problem}")
+
+    def attempt(self, fn, *args, default=None):
+        """fn(*args); when collecting problems (`dpsql policy check`), a PolicyError is recorded
+        and `default` returned so that the rest of the policy is checked too."""
+        if self.problems is None:
+            return fn(*args)
+        try:
+            return fn(*args)
+        except PolicyError as err:
+            self.problems.append(err)
+            return default
 
 
 def _number(where: _Where, key: str, value: Any, *, positive: bool = False,
@@ -79,9 +98,11 @@ def _count(where: _Where, key: str, value: Any) -> int:
 
 def _unknown(where: _Where, prefix: str, given: Mapping[str, Any], allowed: set[str]) -> None:
     extra = sorted(set(given) - allowed)
-    if extra:
-        raise where.error(f"{prefix}{extra[0]}",
-                          f"unknown key (allowed here: {', '.join(sorted(allowed))})")
+    for key in extra:       # every one when collecting (policy check), else the first raises
+        err = where.error(f"{prefix}{key}", f"unknown key (allowed here: {', '.join(sorted(allowed))})")
+        if where.problems is None:
+            raise err
+        where.problems.append(err)
 
 
 def _table(where: _Where, key: str, value: Any) -> Mapping[str, Any]:
@@ -98,6 +119,9 @@ class ColumnPolicy:
     upper: float | None = None
     values: tuple[Any, ...] | None = None      # public key domain for GROUP BY
     identifier: bool = False                   # identifies units (reconstruction defence)
+    span: tuple[_dt.date, _dt.date] | None = None   # a DATE column's bounds (lower/upper as dates)
+    auto: bool = False          # bounds = "auto": SUM/AVG choose the upper clip privately within
+                                # [lower, upper] (dpsql.analysis.auto_bounds)
 
     @property
     def bounded(self) -> bool:
@@ -110,14 +134,27 @@ class ColumnPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class Link:
+    """How a protected table without a unit column finds each row's unit: its `column` holds a
+    key of another protected `table`, whose `key` column the engine guarantees unique (checked
+    when each query runs), and that row's unit is this row's unit. `link = "visit_id ->
+    visits.visit_id"` in the policy."""
+    column: str
+    table: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
 class TablePolicy:
-    """A protected table: its privacy unit, contribution limits and declared columns."""
+    """A protected table: its privacy unit (a column, or a link to another protected table),
+    contribution limits and declared columns."""
     name: str
-    privacy_unit: str
+    privacy_unit: str | None
     max_rows_per_unit: int = 1
     max_groups_per_unit: int = 1
     columns: Mapping[str, ColumnPolicy] = field(default_factory=dict)
     source: str | None = None
+    link: Link | None = None
 
     def column(self, name: str) -> ColumnPolicy | None:
         return self.columns.get(name.lower())
@@ -129,10 +166,16 @@ class TablePolicy:
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """Each analyst's lifetime budget and where spending is recorded."""
+    """Each analyst's lifetime budget, where spending is recorded, and how it is composed.
+
+    accountant: "zcdp" (the default when delta > 0): each query is charged its zero-concentrated
+        DP cost rho (and partition selection's delta), and the total must convert to within
+        (epsilon, delta); "basic" (the default, and the only choice, when delta = 0): epsilons and
+        deltas add up (dpsql.accounting). Fixed per analyst at their first charge (dpsql.ledger)."""
     epsilon: float
     delta: float
     ledger: Path | None
+    accountant: str = "zcdp"
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,11 +185,22 @@ class Defaults:
     min_epsilon: the smallest epsilon one query may use (SET dpsql.epsilon below it is refused).
         Every answer also releases things that are not noised (its run time, whether it
         succeeded); a floor on each query's price bounds how many such probes one budget buys
-        (budget.epsilon / min_epsilon), whatever else leaks per probe."""
+        (budget.epsilon / min_epsilon), whatever else leaks per probe.
+    min_rho: its counterpart under zCDP accounting (default min_epsilon^2 / 2, the rho of one
+        pure query at min_epsilon): SET dpsql.rho below it is refused, and every query is charged at
+        least this much rho, so a budget buys at most rho_total / min_rho answers.
+    rho: per query under zCDP accounting, unless SET (None: each query is calibrated to epsilon
+        and delta). Each query's noise is then calibrated to cost this rho (SET dpsql.rho)."""
     epsilon: float
     delta: float
     mechanism: str
     min_epsilon: float = DEFAULT_MIN_EPSILON
+    min_rho: float | None = None
+    rho: float | None = None
+
+    @property
+    def rho_floor(self) -> float:
+        return self.min_rho if self.min_rho is not None else self.min_epsilon ** 2 / 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +250,18 @@ class Server:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     max_message_bytes: int = 16 * 1024 * 1024
+    max_concurrent_queries: int = 4     # per analyst, over all their connections
+    catalog_timeout: float = 5.0        # seconds one emulated-catalog query may run
+    catalog_max_rows: int = 10_000      # rows one emulated-catalog query may return
+
+
+@dataclass(frozen=True, slots=True)
+class Public:
+    """Tables an analyst may read row by row. Fail closed: a table the policy neither protects
+    nor lists here is refused, unless the policy says `undeclared = "public"` (the old, open
+    behaviour, which `dpsql policy check` warns about)."""
+    tables: frozenset[str] = frozenset()
+    undeclared: str = "refuse"
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +271,23 @@ class Analyst:
     password: str | None = None          # 'SCRAM-SHA-256$<iter>:<salt>$<StoredKey>:<ServerKey>'
     epsilon: float | None = None
     delta: float | None = None
+    accountant: str | None = None
+
+
+SAMPLE_AGGREGATES = ("corr", "covar_pop", "covar_samp", "regr_slope", "regr_intercept")
+_FUNCTION_KEYS = {"sample_aggregate", "blocks"} | set(SAMPLE_AGGREGATES)
+DEFAULT_BLOCKS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Functions:
+    """[functions]: the engine aggregates the data owner allows through sample-and-aggregate
+    (dpsql.analysis.sample_aggregate), the number of blocks k, and the output ranges of those
+    with no derived range (REGR_SLOPE, REGR_INTERCEPT: `regr_slope = { lower = -10, upper = 10 }`).
+    Nothing is allowed unless listed."""
+    sample_aggregate: frozenset[str] = frozenset()
+    blocks: int = DEFAULT_BLOCKS
+    ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,36 +301,82 @@ class Policy:
     analysts: Mapping[str, Analyst] = field(default_factory=dict)
     timing: Timing = field(default_factory=Timing)
     limits: Limits = field(default_factory=Limits)
+    public: Public = field(default_factory=Public)
+    accountant_explicit: bool = False   # [budget] accountant was set (else it follows each delta)
+    functions: Functions = field(default_factory=Functions)
+    text: str | None = field(default=None, repr=False, compare=False)   # the TOML, for line numbers
+
+    def problem(self, key: str, problem: str) -> PolicyError:
+        """A PolicyError about `key`, with its line in the policy file where it is found."""
+        return _Where(self.source, self.text).error(key, problem)
+
+    def is_public(self, name: str) -> bool:
+        """May an analyst read this table (lower-case name, optionally schema-qualified) row by
+        row? Only if it is not protected (by name or as a protected table's source) and the
+        policy lists it under [public] tables or opens every undeclared table."""
+        name = name.lower()
+        short = name.rsplit(".", 1)[-1]
+        for t in self.tables.values():      # by the last name part: errs towards protected
+            if short in (t.name, (t.source or t.name).lower().rsplit(".", 1)[-1]):
+                return False
+        if name in self.public.tables or short in self.public.tables:
+            return True
+        return self.public.undeclared == "public"
 
     def table(self, name: str) -> TablePolicy | None:
         return self.tables.get(name.lower())
 
     def budget_for(self, analyst: str) -> Budget:
-        """The analyst's lifetime budget: their [analysts.NAME] epsilon/delta where set, else [budget]."""
+        """The analyst's lifetime budget: their [analysts.NAME] epsilon/delta/accountant where set,
+        else [budget]'s (whose accountant, when not set, is "zcdp" unless the delta is 0)."""
         a = self.analysts.get(analyst)
         if a is None:
             return self.budget
-        return Budget(self.budget.epsilon if a.epsilon is None else a.epsilon,
-                      self.budget.delta if a.delta is None else a.delta, self.budget.ledger)
+        delta = self.budget.delta if a.delta is None else a.delta
+        if a.accountant is not None:
+            accountant = a.accountant
+        elif self.accountant_explicit:
+            accountant = self.budget.accountant
+        else:
+            accountant = _default_accountant(delta)
+        return Budget(self.budget.epsilon if a.epsilon is None else a.epsilon, delta, self.budget.ledger,
+                      accountant)
 
-    def check_schema(self, table_columns) -> None:
-        """Check every protected table and declared column exists in the engine.
+    def check_schema(self, table_columns, problems: list[PolicyError] | None = None) -> None:
+        """Check every protected table and declared column exists in the engine; each error
+        names its line in the policy file. With `problems`, every mismatch is appended there
+        instead of raising the first.
 
         `table_columns(name)` returns {column: type} or raises KeyError for a
         missing table.
         """
-        where = _Where(self.source)
-        for t in self.tables.values():
+        where = _Where(self.source, self.text, problems)
+
+        def fail(key: str, problem: str) -> None:
+            raise where.error(key, problem)
+
+        def columns(name: str) -> set[str] | None:
             try:
-                cols = {c.lower() for c in table_columns(t.source or t.name)}
+                return {c.lower() for c in table_columns(name)}
             except KeyError:
-                raise where.error(f"tables.{t.name}", "no such table in the database") from None
-            if t.privacy_unit not in cols:
-                raise where.error(f"tables.{t.name}.privacy_unit",
-                                  f"column {t.privacy_unit!r} is not in the table")
+                return None
+
+        for t in self.tables.values():
+            cols = columns(t.source or t.name)
+            if cols is None:
+                where.attempt(fail, f"tables.{t.name}", "no such table in the database")
+                continue
+            if t.privacy_unit is not None and t.privacy_unit not in cols:
+                where.attempt(fail, f"tables.{t.name}.privacy_unit", f"column {t.privacy_unit!r} is not in the table")
+            if t.link is not None:
+                if t.link.column not in cols:
+                    where.attempt(fail, f"tables.{t.name}.link", f"column {t.link.column!r} is not in the table")
+                target = self.tables[t.link.table]
+                if t.link.key not in (columns(target.source or target.name) or set()):
+                    where.attempt(fail, f"tables.{t.name}.link", f"column {t.link.key!r} is not in {target.name!r}")
             for c in t.columns:
                 if c not in cols:
-                    raise where.error(f"tables.{t.name}.columns.{c}", "no such column in the table")
+                    where.attempt(fail, f"tables.{t.name}.columns.{c}", "no such column in the table")
 
 
 def load_policy(policy: str | os.PathLike | Mapping[str, Any] | Policy) -> Policy:
@@ -268,6 +397,30 @@ def load_policy(policy: str | os.PathLike | Mapping[str, Any] | Policy) -> Polic
     return _build(data, str(path), base=path.resolve().parent, text=text)
 
 
+def policy_problems(path: str | os.PathLike) -> tuple[Policy | None, list[PolicyError]]:
+    """Every problem of a policy file (each with its line where the key is found), not only the
+    first: the Policy when there is none. A file that is not valid TOML has one problem, at
+    tomllib's line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        return None, [PolicyError(f"policy {path}: cannot read the file: {err.strerror or err}")]
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        return None, [PolicyError(f"policy {path}: {_toml_error(err)}")]
+    problems: list[PolicyError] = []
+    pol = _build(data, str(path), base=path.resolve().parent, text=text, problems=problems)
+    problems.sort(key=_line_of)
+    return (None, problems) if problems else (pol, [])
+
+
+def _line_of(err: PolicyError) -> int:
+    m = re.search(r": line (\d+): ", str(err))
+    return int(m.group(1)) if m else 0
+
+
 def _toml_error(err: tomllib.TOMLDecodeError) -> str:
     """'line N: not valid TOML: problem (column C)' from tomllib's '... (at line N, column C)'."""
     m = re.search(r"\s*\(at line (\d+), column (\d+)\)\s*$", str(err))
@@ -276,10 +429,48 @@ def _toml_error(err: tomllib.TOMLDecodeError) -> str:
     return f"line {m.group(1)}: not valid TOML: {str(err)[:m.start()]} (column {m.group(2)})"
 
 
-def _build(data: Mapping[str, Any], source: str, *, base: Path, text: str | None = None) -> Policy:
-    where = _Where(source, text)
-    _unknown(where, "", data, _TOP_KEYS)
+def _build(data: Mapping[str, Any], source: str, *, base: Path, text: str | None = None,
+           problems: list[PolicyError] | None = None) -> Policy | None:
+    """The Policy of parsed TOML. Without `problems`, the first problem raises; with it (`dpsql
+    policy check`), every section, table and column is checked, each problem is appended there,
+    and None is returned if there was any."""
+    where = _Where(source, text, problems)
+    where.attempt(_unknown, where, "", data, _TOP_KEYS)
+    budget = where.attempt(_budget, where, data, base)
+    defaults = where.attempt(_defaults, where, data, budget) if budget is not None else None
+    accountant = budget is not None and isinstance(data.get("budget"), Mapping) and \
+        data["budget"].get("accountant") is not None
 
+    tables: dict[str, TablePolicy] = {}
+    declared = where.attempt(_table, where, "tables", data.get("tables", {}), default={})
+    for tname, t in declared.items():
+        tp = where.attempt(_table_policy, where, tname, t)
+        if tp is None:
+            continue
+        if tp.name in tables:
+            where.attempt(_fail, where, f"tables.{tname}", "declared twice (names are case-insensitive)")
+            continue
+        tables[tp.name] = tp
+    where.attempt(_check_links, where, tables, {str(n).lower() for n in declared})
+    recon = where.attempt(_reconstruction, where, data.get("reconstruction", {}), base)
+    server = where.attempt(_server, where, data.get("server", {}), base)
+    analysts = where.attempt(_analysts, where, data.get("analysts", {}), defaults, budget, accountant) \
+        if defaults is not None else None
+    timing = where.attempt(_timing, where, data.get("timing", {}))
+    limits = where.attempt(_limits, where, data.get("limits", {}))
+    public = where.attempt(_public, where, data.get("public", {}), tables)
+    functions = where.attempt(_functions, where, data.get("functions", {}))
+    if problems:
+        return None
+    return Policy(budget, defaults, tables, source, recon, server, analysts, timing=timing, limits=limits,
+                  public=public, accountant_explicit=accountant, functions=functions, text=text)
+
+
+def _fail(where: _Where, key: str, problem: str) -> None:
+    raise where.error(key, problem)
+
+
+def _budget(where: _Where, data: Mapping[str, Any], base: Path) -> Budget:
     b = _table(where, "budget", data.get("budget", None) or _missing(where, "budget"))
     _unknown(where, "budget.", b, _BUDGET_KEYS)
     if "epsilon" not in b:
@@ -295,8 +486,14 @@ def _build(data: Mapping[str, Any], source: str, *, base: Path, text: str | None
         ledger = Path(ledger)
         if not ledger.is_absolute():
             ledger = base / ledger
-    budget = Budget(eps, delta, ledger)
+    accountant = b.get("accountant")
+    if accountant is not None:
+        _check_accountant(where, "budget.accountant", accountant, delta)
+    return Budget(eps, delta, ledger, accountant or _default_accountant(delta))
 
+
+def _defaults(where: _Where, data: Mapping[str, Any], budget: Budget) -> Defaults:
+    eps, delta = budget.epsilon, budget.delta
     d = _table(where, "defaults", data.get("defaults", {}))
     _unknown(where, "defaults.", d, _DEFAULT_KEYS)
     d_eps = _number(where, "defaults.epsilon", d.get("epsilon", min(0.1, eps)), positive=True,
@@ -315,20 +512,60 @@ def _build(data: Mapping[str, Any], source: str, *, base: Path, text: str | None
                       positive=True, allow_zero=False)
     if min_eps > d_eps:
         raise where.error("defaults.min_epsilon", "exceeds defaults.epsilon")
-    defaults = Defaults(d_eps, d_delta, mech, min_eps)
+    min_rho = d.get("min_rho")
+    if min_rho is not None:
+        min_rho = _number(where, "defaults.min_rho", min_rho, positive=True, allow_zero=False)
+    d_rho = d.get("rho")
+    if d_rho is not None:
+        d_rho = _number(where, "defaults.rho", d_rho, positive=True, allow_zero=False)
+        if d_rho < (min_rho if min_rho is not None else min_eps ** 2 / 2):
+            raise where.error("defaults.rho", "is below defaults.min_rho (by default min_epsilon^2 / 2)")
+        if budget.accountant != "zcdp":
+            raise where.error("defaults.rho", "needs zcdp accounting (budget.accountant; a budget delta > 0)")
+    return Defaults(d_eps, d_delta, mech, min_eps, min_rho, d_rho)
 
-    tables: dict[str, TablePolicy] = {}
-    for tname, t in _table(where, "tables", data.get("tables", {})).items():
-        tp = _table_policy(where, tname, t)
-        if tp.name in tables:
-            raise where.error(f"tables.{tname}", "declared twice (names are case-insensitive)")
-        tables[tp.name] = tp
-    recon = _reconstruction(where, data.get("reconstruction", {}), base)
-    server = _server(where, data.get("server", {}), base)
-    analysts = _analysts(where, data.get("analysts", {}), defaults)
-    timing = _timing(where, data.get("timing", {}))
-    limits = _limits(where, data.get("limits", {}))
-    return Policy(budget, defaults, tables, source, recon, server, analysts, timing=timing, limits=limits)
+
+def _functions(where: _Where, f: Any) -> Functions:
+    f = _table(where, "functions", f)
+    _unknown(where, "functions.", f, _FUNCTION_KEYS)
+    names = f.get("sample_aggregate", [])
+    if not isinstance(names, list) or any(not isinstance(n, str) for n in names):
+        raise where.error("functions.sample_aggregate", "must be a list of function names")
+    names = [n.lower() for n in names]
+    for n in names:
+        if n not in SAMPLE_AGGREGATES:
+            raise where.error("functions.sample_aggregate", f"must name functions among {', '.join(SAMPLE_AGGREGATES)}")
+    blocks = f.get("blocks", DEFAULT_BLOCKS)
+    if isinstance(blocks, bool) or not isinstance(blocks, int) or not 2 <= blocks <= 1024:
+        raise where.error("functions.blocks", "must be a whole number from 2 to 1024")
+    ranges = {}
+    for n in SAMPLE_AGGREGATES:
+        if n in f:
+            r = _table(where, f"functions.{n}", f[n])
+            _unknown(where, f"functions.{n}.", r, {"lower", "upper"})
+            if "lower" not in r or "upper" not in r:
+                raise where.error(f"functions.{n}", "give both lower and upper")
+            lo = _number(where, f"functions.{n}.lower", r["lower"])
+            hi = _number(where, f"functions.{n}.upper", r["upper"])
+            if not lo < hi:
+                raise where.error(f"functions.{n}", "need lower < upper")
+            if max(abs(lo), abs(hi)) > 1e15:
+                raise where.error(f"functions.{n}", "bounds beyond 1e15 are not supported")
+            ranges[n] = (lo, hi)
+    return Functions(frozenset(names), blocks, ranges)
+
+
+def _default_accountant(delta: float) -> str:
+    """zCDP accounting needs a delta to convert to; a pure epsilon budget keeps basic composition."""
+    return "zcdp" if delta > 0 else "basic"
+
+
+def _check_accountant(where: _Where, key: str, value: Any, delta: float) -> None:
+    if value not in ACCOUNTANTS:
+        raise where.error(key, f"must be one of {', '.join(ACCOUNTANTS)}")
+    if value == "zcdp" and delta <= 0:
+        raise where.error(key, "zcdp accounting needs a budget delta > 0 (a rho-zCDP total is never "
+                          "(epsilon, 0)-DP); use \"basic\" for a pure epsilon budget")
 
 
 def _path(where: _Where, key: str, value: Any, base: Path) -> Path:
@@ -400,10 +637,36 @@ def _server(where: _Where, s: Any, base: Path) -> Server:
     size = s.get("max_message_bytes", 16 * 1024 * 1024)
     if isinstance(size, bool) or not isinstance(size, int) or not 1024 <= size <= 1 << 30:
         raise where.error("server.max_message_bytes", "must be a whole number from 1024 to 1073741824")
-    return Server(auth, cert, key, size)
+    conc = s.get("max_concurrent_queries", 4)
+    if isinstance(conc, bool) or not isinstance(conc, int) or not 1 <= conc <= 1024:
+        raise where.error("server.max_concurrent_queries", "must be a whole number from 1 to 1024")
+    timeout = _duration(where, "server.catalog_timeout", s.get("catalog_timeout", 5.0))
+    if not 0 < timeout <= 3600:
+        raise where.error("server.catalog_timeout", "must be more than 0 and at most 3600 seconds")
+    cat_rows = s.get("catalog_max_rows", 10_000)
+    if isinstance(cat_rows, bool) or not isinstance(cat_rows, int) or not 1 <= cat_rows <= 10_000_000:
+        raise where.error("server.catalog_max_rows", "must be a whole number from 1 to 10000000")
+    return Server(auth, cert, key, size, conc, timeout, cat_rows)
 
 
-def _analysts(where: _Where, a: Any, defaults: Defaults) -> dict[str, Analyst]:
+def _public(where: _Where, p: Any, tables: Mapping[str, TablePolicy]) -> Public:
+    p = _table(where, "public", p)
+    _unknown(where, "public.", p, _PUBLIC_KEYS)
+    names = p.get("tables", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) and n.strip() for n in names):
+        raise where.error("public.tables", "must be a list of table names")
+    out = frozenset(n.strip().lower() for n in names)
+    for n in sorted(out):
+        if n in tables or any(t.source and n == t.source.lower() for t in tables.values()):
+            raise where.error("public.tables", f"{n!r} is a protected table; it cannot also be public")
+    undeclared = p.get("undeclared", "refuse")
+    if undeclared not in UNDECLARED:
+        raise where.error("public.undeclared", "must be \"refuse\" (the default: a table the policy does not "
+                          "mention is refused) or \"public\" (every such table is readable row by row)")
+    return Public(out, undeclared)
+
+
+def _analysts(where: _Where, a: Any, defaults: Defaults, budget: Budget, explicit: bool) -> dict[str, Analyst]:
     out: dict[str, Analyst] = {}
     for name, entry in _table(where, "analysts", a).items():
         key = f"analysts.{name}"
@@ -427,7 +690,14 @@ def _analysts(where: _Where, a: Any, defaults: Defaults) -> dict[str, Analyst]:
             delta = _number(where, f"{key}.delta", delta, positive=True)
             if delta >= 1:
                 raise where.error(f"{key}.delta", "must be below 1")
-        out[name] = Analyst(name, password, eps, delta)
+        accountant = entry.get("accountant")
+        own_delta = budget.delta if delta is None else delta
+        if accountant is not None:
+            _check_accountant(where, f"{key}.accountant", accountant, own_delta)
+        elif explicit and budget.accountant == "zcdp" and own_delta <= 0:
+            raise where.error(f"{key}.delta", "is 0, but budget.accountant is zcdp, which needs a delta > 0; "
+                              "set this analyst's accountant = \"basic\"")
+        out[name] = Analyst(name, password, eps, delta, accountant)
     return out
 
 
@@ -439,22 +709,54 @@ def _table_policy(where: _Where, tname: str, t: Any) -> TablePolicy:
     key = f"tables.{tname}"
     t = _table(where, key, t)
     _unknown(where, key + ".", t, _TABLE_KEYS)
-    unit = t.get("privacy_unit")
-    if not isinstance(unit, str) or not unit:
-        raise where.error(f"{key}.privacy_unit", "missing: name the column that identifies a person")
-    rows = _count(where, f"{key}.max_rows_per_unit", t.get("max_rows_per_unit", 1))
-    groups = _count(where, f"{key}.max_groups_per_unit", t.get("max_groups_per_unit", 1))
+    unit, link = t.get("privacy_unit"), t.get("link")
+    if link is not None:
+        m = _LINK.match(link) if isinstance(link, str) else None
+        if m is None:
+            raise where.error(f"{key}.link", "must look like \"column -> table.key\": this table's column "
+                              "holding a key of another protected table")
+        if unit is not None:
+            raise where.error(f"{key}.link", "give privacy_unit or link, not both")
+        link = Link(m.group(1).lower(), m.group(2).lower(), m.group(3).lower())
+    elif not isinstance(unit, str) or not unit:
+        raise where.error(f"{key}.privacy_unit", "missing: name the column that identifies a person "
+                          "(or a link to another protected table: link = \"column -> table.key\")")
+    rows = where.attempt(_count, where, f"{key}.max_rows_per_unit", t.get("max_rows_per_unit", 1), default=1)
+    groups = where.attempt(_count, where, f"{key}.max_groups_per_unit", t.get("max_groups_per_unit", 1), default=1)
     source = t.get("source")
     if source is not None and (not isinstance(source, str) or not source):
         raise where.error(f"{key}.source", "must be a table name or path")
     columns: dict[str, ColumnPolicy] = {}
     for cname, c in _table(where, f"{key}.columns", t.get("columns", {})).items():
-        col = _column_policy(where, f"{key}.columns.{cname}", cname, c)
-        if col.name == unit.lower():
+        col = where.attempt(_column_policy, where, f"{key}.columns.{cname}", cname, c)
+        if col is None:
+            continue        # recorded (policy check); the table's other columns are still checked
+        if unit is not None and col.name == unit.lower():
             raise where.error(f"{key}.columns.{cname}",
                               "the privacy unit is declared by privacy_unit, not as a column")
+        if link is not None and col.name == link.column:
+            raise where.error(f"{key}.columns.{cname}", "the link column is declared by link, not as a column")
         columns[col.name] = col
-    return TablePolicy(tname.lower(), unit.lower(), rows, groups, columns, source)
+    return TablePolicy(tname.lower(), unit.lower() if unit is not None else None, rows, groups, columns, source,
+                       link)
+
+
+def _check_links(where: _Where, tables: Mapping[str, TablePolicy], declared: set[str] = frozenset()) -> None:
+    """Every link names another protected table, and following links ends at a unit column.
+    A link to a table that is `declared` but was not built (its own problem is reported) is
+    not reported again."""
+    for t in tables.values():
+        seen, cur = {t.name}, t
+        while cur.link is not None:
+            target = tables.get(cur.link.table)
+            if target is None and cur.link.table in declared:
+                break
+            if target is None:
+                raise where.error(f"tables.{cur.name}.link", f"{cur.link.table!r} is not a protected table")
+            if target.name in seen:
+                raise where.error(f"tables.{t.name}.link", "links go round in a circle")
+            seen.add(target.name)
+            cur = target
 
 
 def _column_policy(where: _Where, key: str, cname: str, c: Any) -> ColumnPolicy:
@@ -463,6 +765,12 @@ def _column_policy(where: _Where, key: str, cname: str, c: Any) -> ColumnPolicy:
     lower, upper = c.get("lower"), c.get("upper")
     if (lower is None) != (upper is None):
         raise where.error(key, "give both lower and upper, or neither")
+    span = None
+    if lower is not None and (_date_like(lower) or _date_like(upper)):
+        span = (_date(where, f"{key}.lower", lower), _date(where, f"{key}.upper", upper))
+        if not span[0] <= span[1]:
+            raise where.error(key, "need lower <= upper")
+        lower = upper = None
     if lower is not None:
         lower = _number(where, f"{key}.lower", lower)
         upper = _number(where, f"{key}.upper", upper)
@@ -485,7 +793,32 @@ def _column_policy(where: _Where, key: str, cname: str, c: Any) -> ColumnPolicy:
     ident = c.get("identifier", False)
     if not isinstance(ident, bool):
         raise where.error(f"{key}.identifier", "must be true or false")
-    return ColumnPolicy(cname.lower(), lower, upper, values, ident)
+    auto = c.get("bounds")
+    if auto is not None:
+        if auto != "auto":
+            raise where.error(f"{key}.bounds", 'must be "auto"')
+        if lower is None:
+            raise where.error(f"{key}.bounds", "\"auto\" needs an outer hard range: numeric lower and upper")
+    return ColumnPolicy(cname.lower(), lower, upper, values, ident, span, auto is not None)
+
+
+def _date_like(value: Any) -> bool:
+    return isinstance(value, (str, _dt.date))
+
+
+def _date(where: _Where, key: str, value: Any) -> _dt.date:
+    """A DATE column's bound: a TOML date (lower = 2023-01-01) or an ISO date string."""
+    if isinstance(value, _dt.datetime):
+        raise where.error(key, "bounds of TIMESTAMP columns are not supported yet; give a date (2023-01-01)")
+    if isinstance(value, _dt.date):
+        return value
+    if isinstance(value, str):
+        try:
+            if re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+                return _dt.date.fromisoformat(value)
+        except ValueError:
+            pass
+    raise where.error(key, "must be a number, or a date written 2023-01-01 for a DATE column")
 
 
 # -- where a key is in TOML text --------------------------------------------------------------------

@@ -4,18 +4,24 @@ Everything here runs after the noise, on released values only, so it is
 post-processing and costs no privacy (Dwork & Roth 2014, Prop. 2.1). It never sees
 true values: its inputs are the noisy measures and the (public or selected) keys.
 
-Expressions are the tuple trees described in dpsql.analysis.plan. Each is evaluated
-with an interval: the value's 95% half-width propagated by interval arithmetic
-(a conservative bound for sums and products of independent noises; for a quotient
-whose denominator's interval contains 0 the width is unbounded, reported as None).
+Expressions are the tuple trees described in dpsql.analysis.plan. A plain noisy aggregate's
+95% half-width is its mechanism's (exact, from the mechanism's parameters). A derived value (AVG,
+VARIANCE, arithmetic of aggregates) gets its 95% half-width by simulation (simulated_half_width):
+a statement about the mechanisms, computed from released values and public parameters only.
+Interval arithmetic on the parts' widths (half_width) remains for what simulation does not
+cover (comparisons); for a quotient whose denominator's interval contains 0 the width is
+unbounded, reported as None.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import math
-from decimal import Decimal
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
 
 Env = Mapping[str, float]
 
@@ -36,6 +42,12 @@ def evaluate(expr: tuple, env: Env, keys: Sequence[Any]) -> Any:
     if op == "avg":
         _, s, c, lo, hi = expr
         return _avg(env[s], env[c], lo, hi)
+    if op == "var":
+        _, s, q, c, lo, hi, sample, root = expr
+        return _var(env[s], env[q], env[c], lo, hi, sample, root)
+    if op == "clamp":       # ("clamp", a, lo, hi): a sample-and-aggregate mean kept in its range
+        v = evaluate(expr[1], env, keys)
+        return None if v is None else min(expr[3], max(expr[2], float(v)))
     if op == "neg":
         v = evaluate(expr[1], env, keys)
         return None if v is None else -v
@@ -91,6 +103,20 @@ def _avg(s: float, c: float, lo: float, hi: float) -> float:
     return min(hi, max(lo, mid + s / max(c, 1.0)))
 
 
+def _var(s: float, q: float, c: float, lo: float, hi: float, sample: bool, root: bool) -> float:
+    """Variance from three noisy sums over values clamped to [lo, hi]: with y = x - mid, the
+    plug-in estimate q/n - (s/n)^2 (n = max(c, 1); sample: times n/(n - 1) when n > 1), clamped to
+    [0, ((hi - lo)/2)^2], the largest variance of values in [lo, hi]; root: its square root.
+    Post-processing of noisy values: it costs no privacy, and its error is the noise's effect,
+    reported by half_width."""
+    n = max(c, 1.0)
+    v = q / n - (s / n) ** 2
+    if sample and n > 1:
+        v *= n / (n - 1)
+    v = min(max(v, 0.0), ((hi - lo) / 2) ** 2)
+    return math.sqrt(v) if root else v
+
+
 def half_width(expr: tuple, env: Env, widths: Env, keys: Sequence[Any]) -> float | None:
     """95% half-width of an expression's noise, by interval arithmetic (None: unbounded)."""
     iv = _interval(expr, env, widths, keys)
@@ -121,6 +147,17 @@ def _interval(expr: tuple, env: Env, widths: Env, keys) -> tuple[float, float] |
         mid = (lo + hi) / 2
         cands = [mid + a / b for a in (sv - sw, sv + sw) for b in (clo, chi)]
         return (min(hi, max(lo, min(cands))), min(hi, max(lo, max(cands))))
+    if op == "var":
+        _, s, q, c, lo, hi, sample, root = expr
+        corners = []
+        for sv in (env[s] - widths[s], env[s] + widths[s]) + ((0.0,) if abs(env[s]) <= widths[s] else ()):
+            for qv in (env[q] - widths[q], env[q] + widths[q]):
+                for cv in (env[c] - widths[c], env[c] + widths[c]):
+                    corners.append(_var(sv, qv, cv, lo, hi, sample, root))
+        return (min(corners), max(corners))
+    if op == "clamp":
+        iv = _interval(expr[1], env, widths, keys)
+        return None if iv is None else (min(expr[3], max(expr[2], iv[0])), min(expr[3], max(expr[2], iv[1])))
     if op == "neg":
         iv = _interval(expr[1], env, widths, keys)
         return None if iv is None else (-iv[1], -iv[0])
@@ -142,6 +179,150 @@ def _interval(expr: tuple, env: Env, widths: Env, keys) -> tuple[float, float] |
     return None
 
 
+# -- derived values' accuracy by simulation ------------------------------------------------------
+
+SIM_DRAWS = 4000          # noise draws per simulation: the 95% quantile's own error is about 1%
+SIM_WORK = 2_000_000      # at most this many draws over all rows of one result (then fewer per row)
+SIM_MIN_DRAWS = 400
+
+
+def draws_for(rows: int) -> int:
+    """Draws per row for a result of `rows` released rows: SIM_DRAWS up to 500 rows, then fewer
+    (at least SIM_MIN_DRAWS, whose 95% quantile is within about 5%), so that a large result's
+    widths cost seconds, not minutes. A function of the number of released rows only."""
+    return max(SIM_MIN_DRAWS, min(SIM_DRAWS, SIM_WORK // max(rows, 1)))
+SIM_SEED = 0x5EED_D95     # fixed and public: the simulation is reproducible and uses no secret
+
+
+def noise_draws(noise: Mapping[str, tuple[str, float]], draws: int = SIM_DRAWS) -> dict[str, np.ndarray]:
+    """For each noisy measure (name -> (mechanism name, scale)), `draws` noises from its
+    distribution: Laplace of scale b, or Gaussian of standard deviation sigma (the continuous
+    distributions the grid mechanisms approximate to within their grid of about 2^-20 of the
+    scale). Drawn with a fixed, public seed (numpy's PCG64), never with the secure RNG that
+    noised the answer: these draws are not noise on anything, only a description of it."""
+    rng = np.random.default_rng(SIM_SEED)
+    out = {}
+    for name in sorted(noise):
+        kind, scale = noise[name]
+        out[name] = (rng.laplace(0.0, scale, draws) if kind == "laplace" else rng.normal(0.0, scale, draws))
+    return out
+
+
+def simulated_half_width(expr: tuple, env: Env, draws: Mapping[str, np.ndarray],
+                         keys: Sequence[Any]) -> float | None:
+    """The 95% half-width of a derived noisy value, by a parametric bootstrap over the noise.
+
+    Post-processing, and a statement about the mechanisms rather than the data: its inputs are the
+    released noisy values (env), the mechanisms' public parameters (draws) and public or released
+    keys. Its method: each released value stands for the unknown true one, the mechanisms' noise
+    is drawn again SIM_DRAWS times (noise_draws; fewer for results of over 500 rows: draws_for)
+    and added to it, the expression is evaluated on each draw, and the half-width is the 95%
+    quantile of the distance from the released value. For a plain aggregate this is its mechanism's half-width; for AVG = noisy sum / noisy count
+    and other functions of several noises it covers their joint effect (interval arithmetic on
+    the parts' 95% widths covers only about 0.95^k of it). It is a plug-in estimate: the spread
+    is evaluated at the released values, not the true ones (for a ratio whose denominator is
+    small and noisy it is approximate). None: the expression is not numeric, more than 5% of
+    the draws leave it undefined, or a quotient's denominator changes sign (or is 0) in more than
+    2.5% of them: its 95% range holds 0 and the quotient can be anything (as with interval
+    arithmetic, whose width is None there too)."""
+    return simulated_half_widths(expr, [env], draws, [keys])[0]
+
+
+_SIM_BATCH = 64           # rows simulated together (arrays of _SIM_BATCH x SIM_DRAWS floats)
+
+
+def simulated_half_widths(expr: tuple, envs: Sequence[Env], draws: Mapping[str, np.ndarray],
+                          keys: Sequence[Sequence[Any]]) -> list[float | None]:
+    """simulated_half_width for many rows at once (the same draws for each row)."""
+    out: list[float | None] = []
+    for at in range(0, len(envs), _SIM_BATCH):
+        out += _simulate(expr, envs[at:at + _SIM_BATCH], draws, keys[at:at + _SIM_BATCH])
+    return out
+
+
+def _simulate(expr: tuple, envs: Sequence[Env], draws: Mapping[str, np.ndarray],
+              keys: Sequence[Sequence[Any]]) -> list[float | None]:
+    values = [evaluate(expr, env, k) for env, k in zip(envs, keys)]
+    numeric = [v is not None and isinstance(v, (int, float, Decimal)) and not isinstance(v, bool) for v in values]
+    if not any(numeric):
+        return [None] * len(envs)
+    vec = {name: np.array([float(env[name]) for env in envs])[:, None] + z[None, :]
+           for name, z in draws.items() if name in envs[0]}
+    try:
+        sim = _vector(expr, vec, keys)
+    except _NotVector:
+        return [None] * len(envs)
+    n = len(next(iter(draws.values())))
+    center = np.array([float(v) if ok else np.nan for v, ok in zip(values, numeric)])[:, None]
+    with np.errstate(invalid="ignore"):
+        dist = np.abs(np.broadcast_to(np.asarray(sim, dtype=float), (len(envs), n)) - center)
+    dist = np.where(np.isfinite(dist), dist, np.inf)
+    k = math.ceil(0.95 * (n - 1))                  # numpy's "higher" 95% quantile
+    w = np.partition(dist, k, axis=1)[:, k]
+    return [float(x) if ok and math.isfinite(x) else None for x, ok in zip(w, numeric)]
+
+
+class _NotVector(Exception):
+    pass
+
+
+def _column(values: Sequence[Any]) -> np.ndarray:
+    """Per-row constants (a key, per row) as a column; NaN for NULL."""
+    out = []
+    for v in values:
+        if v is None:
+            out.append(np.nan)
+        elif isinstance(v, bool) or not isinstance(v, (int, float, Decimal)):
+            raise _NotVector
+        else:
+            out.append(float(v))
+    return np.array(out)[:, None]
+
+
+def _vector(expr: tuple, vec: Mapping[str, np.ndarray], keys: Sequence[Sequence[Any]]):
+    """evaluate() over arrays of draws, one row per group (NaN where evaluate gives None)."""
+    op = expr[0]
+    if op == "lit":
+        return _column([expr[1]])
+    if op == "key":
+        return _column([k[expr[1]] for k in keys])
+    if op == "ref":
+        return vec[expr[1]]
+    if op == "avg":
+        _, s, c, lo, hi = expr
+        mid = (lo + hi) / 2
+        return np.clip(mid + vec[s] / np.maximum(vec[c], 1.0), lo, hi)
+    if op == "var":
+        _, s, q, c, lo, hi, sample, root = expr
+        n = np.maximum(vec[c], 1.0)
+        v = vec[q] / n - (vec[s] / n) ** 2
+        if sample:
+            v = np.where(n > 1, v * n / np.where(n > 1, n - 1, 1.0), v)
+        v = np.clip(v, 0.0, ((hi - lo) / 2) ** 2)
+        return np.sqrt(v) if root else v
+    if op == "clamp":       # a sample-and-aggregate mean, kept in its output range
+        return np.clip(_vector(expr[1], vec, keys), expr[2], expr[3])
+    if op == "neg":
+        return -_vector(expr[1], vec, keys)
+    if op in ("add", "sub", "mul", "div"):
+        a, b = _vector(expr[1], vec, keys), _vector(expr[2], vec, keys)
+        with np.errstate(all="ignore"):
+            if op == "add":
+                return a + b
+            if op == "sub":
+                return a - b
+            if op == "mul":
+                return a * b
+            a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+            q = np.where(b == 0, np.nan, a / np.where(b == 0, 1.0, b))
+            if b.shape[-1] > 1:
+                # the denominator's 95% range holds 0: no finite width is honest for that row
+                flips = np.mean(np.sign(b) != np.sign(np.median(b, axis=-1, keepdims=True)), axis=-1) > 0.025
+                q = np.where(flips[:, None], np.nan, q)
+            return q
+    raise _NotVector
+
+
 @dataclass
 class Table:
     columns: list[str]
@@ -151,20 +332,139 @@ class Table:
 
 def finish(rows: list[tuple[Sequence[Any], Env, Env]], outputs: Sequence[tuple[str, tuple, bool]],
            having: tuple | None, order: Sequence[tuple[tuple, bool, bool]], limit: int | None,
-           offset: int) -> Table:
+           offset: int, noise: Mapping[str, tuple[str, float]] | None = None) -> Table:
     """Evaluate SELECT items per group, then HAVING, ORDER BY, OFFSET and LIMIT.
 
     rows: (keys, noisy values, half-widths) per released group.
     outputs: (name, expression, noisy) per SELECT item.
+    noise: each measure's (mechanism name, scale); given, derived values' half-widths are
+    simulated (simulated_half_width), else propagated by interval arithmetic.
     """
     kept = []
     for keys, env, widths in rows:
         if having is not None and evaluate(having, env, keys) is not True:
             continue
         values = tuple(evaluate(e, env, keys) for _, e, _ in outputs)
-        hw = tuple(half_width(e, env, widths, keys) if noisy else None for _, e, noisy in outputs)
         sort_keys = tuple(evaluate(e, env, keys) for e, _, _ in order)
-        kept.append((sort_keys, values, hw))
+        kept.append((sort_keys, values, (keys, env, widths)))
+    kept = _order_and_cut(kept, order, limit, offset)
+    draws = noise_draws(noise, draws_for(len(kept))) if noise and kept else None
+    columns = []
+    for _, e, noisy in outputs:
+        if not noisy:
+            columns.append([None] * len(kept))
+        elif e[0] == "ref" or draws is None or not _direct_refs(e) <= draws.keys():   # a quantile: no draws
+            columns.append([half_width(e, env, widths, keys) for _, _, (keys, env, widths) in kept])
+        else:
+            columns.append(simulated_half_widths(e, [k[2][1] for k in kept], draws, [k[2][0] for k in kept]))
+    hw = list(zip(*columns)) if columns else [() for _ in kept]
+    return Table([o[0] for o in outputs], [k[1] for k in kept], hw)
+
+
+def _direct_refs(expr: tuple) -> set:
+    """The ("ref", name) measures an expression reads (a quantile's has no simulated draws: its
+    error is a rank bound, dpsql.noise.exponential, so such an expression keeps interval arithmetic)."""
+    if expr[0] == "ref":
+        return {expr[1]}
+    return set().union(*(_direct_refs(a) for a in expr[1:] if isinstance(a, tuple)))
+
+
+def wrap(table: Table, wraps: Sequence[Any]) -> Table:
+    """Apply outer queries (dpsql.analysis.plan.Wrap, innermost first) to released rows: each
+    selects columns of the rows below it (("key", i) is the i-th), filters, orders and limits.
+    A selected column keeps its half-width; a computed one has none."""
+    for w in wraps:
+        kept = []
+        for values, hw in zip(table.rows, table.widths):
+            if w.where is not None and evaluate(w.where, {}, values) is not True:
+                continue
+            out = tuple(evaluate(e, {}, values) for _, e in w.outputs)
+            widths = tuple(hw[e[1]] if e[0] == "key" else None for _, e in w.outputs)
+            kept.append((tuple(evaluate(e, {}, values) for e, _, _ in w.order), out, widths))
+        kept = _order_and_cut(kept, w.order, w.limit, w.offset)
+        table = Table([name for name, _ in w.outputs], [k[1] for k in kept], [k[2] for k in kept])
+    return table
+
+
+def present(columns: list[str], types: list[str], db_types: list[str], rows: list[tuple], accuracy: list,
+            widths: list[tuple], counts: Sequence[bool], noisy: Sequence[bool], *, intervals: bool,
+            round_counts: bool, bounds: Sequence[tuple[float, float] | None] = ()
+            ) -> tuple[list, list, list, list, list, list]:
+    """A released result as the analyst's settings show it. Post-processing only: every value out
+    is a function of released values (noisy values, their half-widths, which are themselves
+    functions of released values and public parameters) and the plan's public facts (which
+    columns are noisy, which are counts).
+
+    - Floats are canonical: -0.0 becomes 0.0 (a noisy value, a product or a rounding can give
+      -0.0, which says nothing and prints as a surprise).
+    - round_counts (SET dpsql.round = on): each noisy COUNT column's value is the nearest whole
+      number, and negative ones are clamped to 0. A true count is never negative, so the clamp
+      only moves a value towards what is possible; both are post-processing and cost nothing, but
+      a clamped count is biased upwards near 0 (off by default for that reason).
+    - intervals (SET dpsql.intervals = on): after each noisy column c, c_low and c_high, the 95%
+      interval value -/+ half-width (Snowflake's DP_INTERVAL_LOW/HIGH); NULL where the width is
+      unbounded. With round_counts a count's interval is rounded and clamped at 0 as its value;
+      an AVG's interval is cut to the column's declared bounds (public), within which its value
+      always lies.
+
+    counts, noisy: per column (as the outermost query's columns). Returns (columns, types,
+    db_types, rows, accuracy, widths)."""
+    n = len(columns)
+    counts = list(counts) + [False] * (n - len(counts))
+    noisy = list(noisy) + [False] * (n - len(noisy))
+    rounded = [round_counts and c for c in counts]
+    bounds = list(bounds) + [None] * (n - len(bounds))
+
+    def shown(v: Any, whole: bool) -> Any:
+        if isinstance(v, float):
+            if whole and math.isfinite(v):
+                return max(0, round(v))
+            return v + 0.0
+        return v
+
+    out_rows, out_widths = [], []
+    for r, row in enumerate(rows):
+        hw_row = widths[r] if r < len(widths) else (None,) * n
+        vals, hws = [], []
+        for i, v in enumerate(row):
+            vals.append(shown(v, rounded[i]))
+            hws.append(hw_row[i])
+            if intervals and noisy[i]:
+                hw = hw_row[i]
+                ok = isinstance(v, (int, float)) and not isinstance(v, bool) and hw is not None
+                lo, hi = (float(v) - hw, float(v) + hw) if ok else (None, None)
+                if ok and bounds[i] is not None:
+                    lo, hi = max(lo, bounds[i][0]), min(hi, bounds[i][1])
+                vals += [shown(lo, rounded[i]), shown(hi, rounded[i])] if ok else [None, None]
+                hws += [None, None]
+        out_rows.append(tuple(vals))
+        out_widths.append(tuple(hws))
+    cols, tys, dbs, acc = [], [], [], []
+    for i, name in enumerate(columns):
+        db = db_types[i] if i < len(db_types) else "VARCHAR"
+        db = "BIGINT" if rounded[i] else db
+        cols.append(name)
+        tys.append(types[i] if i < len(types) else "string")
+        dbs.append(db)
+        acc.append(accuracy[i] if i < len(accuracy) else None)
+        if intervals and noisy[i]:
+            cols += [f"{name}_low", f"{name}_high"]
+            tys += ["number", "number"]
+            dbs += [db, db]
+            acc += [None, None]
+    return cols, tys, dbs, out_rows, acc if accuracy else list(accuracy), out_widths
+
+
+def through(values: Sequence[Any], wraps: Sequence[Any], default: Any = None) -> list:
+    """Per-column facts (types, accuracy) of the innermost rows, carried to the outermost
+    query's columns: a selected column keeps its fact, a computed one gets `default`."""
+    out = list(values)
+    for w in wraps:
+        out = [out[e[1]] if e[0] == "key" else default for _, e in w.outputs]
+    return out
+
+
+def _order_and_cut(kept: list, order: Sequence[tuple[tuple, bool, bool]], limit: int | None, offset: int) -> list:
     for i in reversed(range(len(order))):
         _, desc, nulls_first = order[i]
         kept.sort(key=lambda r: _sort_key(r[0][i], nulls_first, desc), reverse=desc)
@@ -172,7 +472,7 @@ def finish(rows: list[tuple[Sequence[Any], Env, Env]], outputs: Sequence[tuple[s
         kept = kept[offset:]
     if limit is not None:
         kept = kept[:limit]
-    return Table([o[0] for o in outputs], [k[1] for k in kept], [k[2] for k in kept])
+    return kept
 
 
 def _sort_key(v: Any, nulls_first: bool, desc: bool):

@@ -12,6 +12,7 @@ Nothing an analyst can SET changes the analyst, the budget or what was spent.
 """
 from __future__ import annotations
 
+import collections
 import datetime as _dt
 import itertools
 import logging
@@ -19,29 +20,54 @@ import math
 import re
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from dataclasses import replace as _replace
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Self
 
-from dpsql import explain, postprocess
-from dpsql.analysis.analyze import PublicQuery, Schema, Settings, analyze, check_policy_types, family
+from dpsql import accounting, explain, postprocess
+from dpsql.analysis import auto_bounds
+from dpsql.analysis.analyze import (
+    PublicQuery,
+    Schema,
+    Settings,
+    analyze,
+    check_policy_types,
+    family,
+)
 from dpsql.analysis.parse import Statement, classify
 from dpsql.analysis.plan import QueryPlan
-from dpsql.cost import Cost
-from dpsql.engines.base import Engine, open_engine
-from dpsql.errors import (BudgetExhausted, Error, InterfaceError, InternalError,
-                          InvalidSetting, PolicyError, QueryRejected)
 from dpsql.analysis.reconstruction import auto_cap, population_key
+from dpsql.cost import Cost
+from dpsql.engines.base import Engine, TableFacts, open_engine, path_sources
+from dpsql.errors import (
+    BudgetExhausted,
+    Error,
+    InterfaceError,
+    InternalError,
+    InvalidSetting,
+    PolicyError,
+    QueryCanceled,
+    QueryRejected,
+    SchemaChanged,
+)
 from dpsql.guard import AuditLog, answer_key, decode, encode
 from dpsql.ledger import Ledger, Spending, SubsetCharge
 from dpsql.noise import SecureRng, make_mechanism
+from dpsql.noise.exponential import QuantileEM
+from dpsql.noise.mechanisms import epsilon_for_rho
 from dpsql.policy import MECHANISMS, Policy, load_policy
 from dpsql.rewrite import SALT, to_sql
+from dpsql.rewrite.quantiles import histograms as quantile_histograms
+from dpsql.rewrite.quantiles import needs_salt
+from dpsql.rewrite.auto_bounds import count_sql
 
 log = logging.getLogger("dpsql")
 
+_PLAN_CACHE = 128       # plans (and rewrites) a session keeps
 _ANALYST = re.compile(r"^[\w.@+-]{1,128}$")
 
 
@@ -52,7 +78,13 @@ class Accuracy:
     noise_scale: the mechanism's scale (Laplace b or Gaussian sigma) for a column that
     is one noisy aggregate; None for derived columns (AVG, arithmetic), whose
     per-value 95% half-widths are in Result.half_widths.
-    ci95: the 95% confidence half-width of a plain aggregate (the same for every row).
+    ci95: the 95% confidence half-width of a plain aggregate (the same for every row); for a
+    derived column the widest of its released values' half-widths, which are simulated from
+    the mechanisms' noise distributions (postprocess.simulated_half_width); None if one is
+    unbounded or no row was released.
+    mechanism "exponential" (a quantile, MIN or MAX): noise_scale is the mechanism's temperature and
+    ci95 its 95% rank error, in rows of the group (the value's rank is within ci95 of q*(n-1), up to
+    one bin of the declared range), not value units; its per-value half-widths are None.
     """
     mechanism: str
     noise_scale: float | None
@@ -74,6 +106,11 @@ class Result:
     cached: bool = False                  # an identical earlier answer, repeated free of charge
     surcharge: float = 0.0                # epsilon added because the query selects people by identity
     truncated: int = 0                    # released groups cut by [limits] max_released_rows
+    # Groups removed by partition selection: 0 when no group can have been (no GROUP BY, or every
+    # key has a public domain: exactly the domain is released); None when partition selection ran,
+    # whose number of suppressed groups is not released (it depends on the data: the argument is
+    # in Session._present). Always None for results that are not private.
+    suppressed: int | None = None
 
     @property
     def status(self) -> str:
@@ -81,6 +118,8 @@ class Result:
         if self.cost is None or self.spending is None:
             return self.tag
         s = self.spending
+        if s.accountant == "zcdp":
+            return self._zcdp_status()
         extra = (f" (incl. a surcharge of {self.surcharge:g} for selecting people by identity)"
                  if self.surcharge else "")
         if self.cached:
@@ -91,14 +130,41 @@ class Result:
                       f"max_released_rows (add LIMIT or narrow the query)")
         return (f"epsilon charged {self.cost.epsilon:g}" + extra
                 + (f", delta {self.cost.delta:g}" if self.cost.delta else "")
-                + f"; remaining epsilon {s.epsilon_remaining:g}, delta {s.delta_remaining:g}")
+                + f"; remaining epsilon {s.epsilon_remaining:g}, delta {s.delta_remaining:g}"
+                + self._suppressed_note())
+
+    def _suppressed_note(self) -> str:
+        """The status line's word on groups partition selection removed: how many when that is a
+        public fact (none), else that some may have been, never how many or which."""
+        if self.kind != "private" or self.cached:
+            return ""
+        if self.suppressed is None:
+            return ("; partition selection may have suppressed groups with too few people "
+                    "(how many is not released: it depends on the data)")
+        return ""
+
+    def _zcdp_status(self) -> str:
+        """The status under zCDP accounting: rho charged, rho left, and the epsilon spent so far."""
+        s = self.spending
+        left = (f"remaining rho {s.rho_remaining:.4g} of {s.rho_total:.4g} (epsilon {s.epsilon_spent:.3g} "
+                f"of {s.epsilon_total:g} spent at delta {s.delta_total:g})")
+        if self.cached:
+            return f"repeated the identical earlier answer; nothing charged; {left}"
+        c = self.cost
+        alone = f"this query alone: epsilon {c.epsilon - self.surcharge:g}" + (f", delta {c.delta:g}" if c.delta else "")
+        extra = "; incl. a surcharge for selecting people by identity" if self.surcharge else ""
+        part = f", delta {c.zcdp_delta:g} (partition selection)" if c.zcdp_delta else ""
+        cut = (f"; {self.truncated} more released groups were cut by the policy's max_released_rows "
+               "(add LIMIT or narrow the query)" if self.truncated else "")
+        return f"rho charged {float(c.rho or 0):.4g}{part} ({alone}{extra}){cut}; {left}" + self._suppressed_note()
 
 
 class Session:
     """One analyst's connection: the pipeline and its settings."""
 
     def __init__(self, engine: Engine, policy: Policy, analyst: str, *, rng=None,
-                 ledger: Ledger | None = None, own_engine: bool = True, schema: Schema | None = None):
+                 ledger: Ledger | None = None, own_engine: bool = True, schema: Schema | None = None,
+                 on_schema=None):
         if not isinstance(analyst, str) or not _ANALYST.match(analyst):
             raise InterfaceError("analyst must be a name of 1-128 letters, digits or . _ @ + -")
         self.engine, self.policy, self.analyst = engine, policy, analyst
@@ -107,13 +173,22 @@ class Session:
         self._own_engine = own_engine
         self._closed = False
         self._lock = threading.RLock()
-        self.schema = schema if schema is not None else self._read_schema()
+        self._cancelled = threading.Event()     # set by cancel() while a statement runs
+        self.schema = schema if schema is not None else read_schema(policy, engine)
+        self._on_schema = on_schema         # told of a re-read schema (Backend shares it with new sessions)
         if ledger is None:
             ledger = Ledger(_ledger_path(policy))
         self.ledger = ledger
         self.audit = AuditLog(_audit_path(policy))
         d = policy.defaults
         self.epsilon, self.delta, self.mechanism = d.epsilon, d.delta, d.mechanism
+        self.rho: float | None = self._default_rho()   # SET dpsql.rho: calibrate each query to this zCDP cost
+        self._plans: collections.OrderedDict = collections.OrderedDict()      # recent plans (_analyze)
+        self._rewrites: collections.OrderedDict = collections.OrderedDict()   # their SQL (_sql)
+        self.plan_queries = 0               # SET dpsql.plan_queries: EXPLAIN DP compares k such queries
+        self.intervals = False              # SET dpsql.intervals: <col>_low, <col>_high after noisy columns
+        self.round = False                  # SET dpsql.round: counts as whole numbers, at least 0
+        self._last_mechanisms = None        # (plan, its mechanisms): built once per query
 
     @staticmethod
     def demo() -> tuple[Path, Path, str]:
@@ -123,7 +198,7 @@ class Session:
         return db, policy, DEMO_ANALYST
 
     @classmethod
-    def open(cls, target: Any, policy: Any, analyst: str | None, *, rng=None, **engine_options: Any) -> "Session":
+    def open(cls, target: Any, policy: Any, analyst: str | None, *, rng=None, **engine_options: Any) -> Session:
         """Open a session on a target (None: the bundled demo, created on first use)."""
         if target is None:
             db, demo_policy, demo_analyst = cls.demo()
@@ -134,37 +209,15 @@ class Session:
         if analyst is None:
             raise InterfaceError("an analyst is needed: whose privacy budget to charge")
         pol = load_policy(policy)
-        engine = open_engine(target, **engine_options)
+        engine = open_engine(target, sources=path_sources(pol), **engine_options)
         try:
             return cls(engine, pol, analyst, rng=rng)
         except BaseException:
             engine.close()
             raise
 
-    def _read_schema(self) -> Schema:
-        pol = self.policy
-        cols: dict[str, dict[str, str]] = {}
-        unique, not_null = set(), set()
-
-        def columns(name: str) -> dict[str, str]:
-            return self.engine.table_columns(name)
-
-        pol.check_schema(columns)
-        for t in pol.tables.values():
-            cols[t.name] = columns(t.source or t.name)
-            if t.privacy_unit in self.engine.unique_columns(t.source or t.name):
-                unique.add(t.name)
-            if t.privacy_unit in self.engine.not_null_columns(t.source or t.name):
-                not_null.add(t.name)
-        schema = Schema(cols, frozenset(unique), frozenset(self.engine.base_tables()),
-                        frozenset(self.engine.views()), frozenset(not_null))
-        problems = check_policy_types(pol, schema)
-        if problems:
-            raise PolicyError(f"policy {pol.source}: {problems[0]}")
-        return schema
-
     # -- context management
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -189,7 +242,8 @@ class Session:
         if self._closed:
             raise InterfaceError("the session is closed")
         with self._lock:
-            stmt = classify(sql, params, self.engine.dialect)
+            self._cancelled.clear()
+            stmt = classify(sql, params)
             try:
                 return self._dispatch(stmt)
             except Error:
@@ -210,34 +264,188 @@ class Session:
         planned = self._analyze(stmt)
         if stmt.kind == "explain":
             if isinstance(planned, PublicQuery):
-                return _explain_public(planned)
-            return self._explain(planned)
+                return _explain_result(explain.public_rows(planned.sql), stmt.name, self.engine.dialect)
+            return self._explain(planned, stmt.name)
+        try:
+            result = self._run(planned)
+        except SchemaChanged:
+            # A fact the plan relied on no longer holds (found before anything ran or was
+            # charged): read the schema again and plan the query afresh, once.
+            self._refresh_schema()
+            planned = self._analyze(stmt)
+            result = self._run(planned)
+        return self._present(result, planned) if isinstance(planned, QueryPlan) else result
+
+    def _present(self, r: Result, plan: QueryPlan) -> Result:
+        """The released result as this session's settings show it (postprocess.present): only
+        post-processing of released values and public facts of the plan."""
+        counts = postprocess.through([o.noisy and o.expr[0] == "ref" and self._measure_kind(plan, o.expr[1]) == "count"
+                                      for o in plan.outputs], plan.wraps, False)
+        noisy = postprocess.through([o.noisy for o in plan.outputs], plan.wraps, False)
+        bounds = postprocess.through([(float(o.expr[3]), float(o.expr[4])) if o.noisy and o.expr[0] == "avg" else None
+                                      for o in plan.outputs], plan.wraps, None)
+        p = postprocess.present(r.columns, r.types, r.db_types, r.rows, r.accuracy, r.half_widths, counts, noisy,
+                                intervals=self.intervals, round_counts=self.round, bounds=bounds)
+        r.columns, r.types, r.db_types, r.rows, r.accuracy, r.half_widths = p
+        # How many groups partition selection removed, and why only this may be released.
+        # Without selection (no GROUP BY, or every key with a public domain) the released groups
+        # are exactly the public domain's: none is removed, and 0 is a fact of the plan. (HAVING,
+        # LIMIT and the wrappers drop released rows afterwards: post-processing of released
+        # values, not suppression.) With selection the candidate groups are the keys found in
+        # the data, so the number of candidates, and with it "candidates - released", is a
+        # function of the data that no mechanism noised: a group held by a single person that
+        # selection removed would still add 1 to it, exactly what selection exists to hide.
+        # So it is not released, not even as a bound: None, and the status line says only that
+        # some groups may have been suppressed. (Releasing it would need a noisy count of
+        # candidates, charged like any other measure.)
+        r.suppressed = None if plan.selection is not None else 0
+        return r
+
+    @staticmethod
+    def _measure_kind(plan: QueryPlan, name: str) -> str | None:
+        return next((m.kind for m in plan.measures if m.name == name), None)
+
+    def _run(self, planned: QueryPlan | PublicQuery) -> Result:
         if isinstance(planned, PublicQuery):
             return self._run_public(planned)
         return self._run_private(planned)
 
-    def _analyze(self, stmt: Statement) -> QueryPlan | PublicQuery:
-        settings = Settings(self.epsilon, self.delta, self.mechanism)
-        return analyze(stmt.tree, self.policy, self.schema, settings, self.engine.dialect)
+    def _refresh_schema(self) -> None:
+        self.schema = read_schema(self.policy, self.engine)
+        if self._on_schema is not None:
+            self._on_schema(self.schema)
 
-    def plan(self, sql: str) -> QueryPlan | PublicQuery:
-        """Analyse a query without running or charging it (for tools and tests)."""
-        stmt = classify(sql, None, self.engine.dialect)
+    def _expect(self, refs: Sequence[str], public: Sequence[str] = ()) -> dict[str, TableFacts]:
+        """The schema facts a query relies on, to be checked in its own transaction: every fact
+        read of each relation a private query reads (types for totality, keys for the shortcut and
+        for links, NOT NULL for the unit filter), and that each table of a public query is still a
+        base table (a view in its place could read a protected table row by row)."""
+        out = {ref: self.schema.facts[ref] for ref in refs if ref in self.schema.facts}
+        out.update((name, TableFacts("table")) for name in public if name not in out)
+        return out
+
+    def _analyze(self, stmt: Statement) -> QueryPlan | PublicQuery:
+        """The statement's plan. Plans are a pure function of the text (with its parameters), the
+        settings, the policy and the schema, so each session keeps its recent ones: a dashboard's
+        repeated query skips parsing, analysis and rewriting. A plan whose keys read a public
+        table's values is not kept (the table's rows may change)."""
+        key = (stmt.text, stmt.params, self.epsilon, self.delta, self.mechanism, self.rho, id(self.schema))
+        hit = self._plans.get(key)
+        if hit is not None and hit[0] is self.schema:
+            self._plans.move_to_end(key)
+            return hit[1]
+        planned = self._plan_now(stmt)
+        if not (isinstance(planned, QueryPlan) and any(k.domain_source for k in planned.keys)):
+            self._plans[key] = (self.schema, planned)
+            while len(self._plans) > _PLAN_CACHE:
+                self._plans.popitem(last=False)
+        return planned
+
+    def _sql(self, plan: QueryPlan) -> str:
+        """The rewrite of a plan in the engine's dialect, kept with the plan."""
+        hit = self._rewrites.get(id(plan))
+        if hit is not None and hit[0] is plan:
+            return hit[1]
+        sql = to_sql(plan, self.engine.dialect)
+        self._rewrites[id(plan)] = (plan, sql)
+        while len(self._rewrites) > _PLAN_CACHE:
+            self._rewrites.popitem(last=False)
+        return sql
+
+    def _plan_now(self, stmt: Statement) -> QueryPlan | PublicQuery:
+        settings = Settings(self.epsilon, self.delta, self.mechanism, self.budget.delta)
+        planned = analyze(stmt.tree, self.policy, self.schema, settings, self.engine.dialect, self._domain)
+        auto = auto_bounds.find(planned, self.policy, self.epsilon) if isinstance(planned, QueryPlan) else None
+        if auto is not None:    # bounds = "auto": the aggregates get the epsilon the bound choice leaves
+            if self.rho is not None:
+                raise QueryRejected("an auto-bounded column with dpsql.rho", "its bound choice is calibrated "
+                                    "in epsilon", "RESET dpsql.rho and SET dpsql.epsilon")
+            rest = Settings(float(Fraction(self.epsilon) * (1 - auto_bounds.SHARE)), self.delta, self.mechanism,
+                            self.budget.delta)
+            rest_plan = analyze(stmt.tree, self.policy, self.schema, rest, self.engine.dialect, self._domain)
+            return _replace(rest_plan, cost=planned.cost, auto=auto)
+        if self.rho is not None and isinstance(planned, QueryPlan):
+            planned = self._at_rho(stmt, planned)
+        return planned
+
+    def _auto_bound(self, plan: QueryPlan) -> QueryPlan:
+        """bounds = "auto" (dpsql.analysis.auto_bounds): one engine query counts, per candidate bound,
+        the units above it; AboveThreshold picks the bound; the query is planned again with it, at
+        the epsilon left. Only the chosen bound leaves this function (in the plan)."""
+        auto = plan.auto
+        dialect = self.engine.dialect
+        sql = count_sql(plan, auto, dialect)
+        rows = self.engine.run(sql, expect=self._expect([ref for _, ref in plan.tables])).rows
+        counts = rows[0] if rows else (0,) * len(auto.candidates)
+        j = auto_bounds.above_threshold(counts, auto, self.rng, _laplace)
+        bound = auto.candidates[j] if j is not None else auto.upper
+        policy = auto_bounds.with_bound(self.policy, auto, bound)
+        rest = Settings(float(Fraction(plan.cost.epsilon) * (1 - auto_bounds.SHARE)), self.delta, self.mechanism,
+                        self.budget.delta)
+        final = analyze(classify(plan.text).tree, policy, self.schema, rest, dialect, self._domain)
+        return _replace(final, cost=plan.cost, auto=_replace(auto, chosen=bound))
+
+    def _at_rho(self, stmt: Statement, plan: QueryPlan) -> QueryPlan:
+        """SET dpsql.rho: the same query planned at the largest epsilon whose noise costs at most rho.
+
+        The analysis splits a query's epsilon over its parts in fixed shares (and its delta over the
+        Gaussian parts and selection, independently of epsilon), so the plan at the current epsilon
+        gives each part's share; mechanisms.epsilon_for_rho finds the epsilon, and the plan made at
+        it is checked against rho with the mechanisms' exact rho (retried a little lower if float
+        rounding put it above)."""
+        ref = plan.cost.epsilon
+        parts = tuple((spec.mechanism, spec.epsilon / ref, spec.delta) for spec in plan.noise)
+        if plan.selection_noise is not None:
+            parts += (("laplace", plan.selection_noise.epsilon / ref, 0.0),)
+        target = self.rho
+        for _ in range(4):
+            eps = epsilon_for_rho(parts, target)
+            settings = Settings(eps, self.delta, self.mechanism, self.budget.delta)
+            planned = analyze(stmt.tree, self.policy, self.schema, settings, self.engine.dialect, self._domain)
+            got = self._rho_of(planned)[0]
+            if got <= Fraction(self.rho):
+                return planned
+            target *= 0.999999 * float(Fraction(self.rho) / got)
+        raise InternalError("could not calibrate the query to dpsql.rho; nothing was released")
+
+    def _domain(self, table: str, column: str) -> tuple:
+        """A public table column's distinct values as text (a GROUP BY key's public domain): public
+        data, read once per query; at most MAX_PUBLIC_GROUPS + 1 of them."""
+        from sqlglot import exp as _exp
+
+        from dpsql.analysis.analyze import MAX_PUBLIC_GROUPS
+        col = _exp.Cast(this=_exp.column(column), to=_exp.DataType.build("TEXT"))
+        sel = _exp.select(col).distinct().from_(_exp.to_table(table)).limit(MAX_PUBLIC_GROUPS + 1)
+        rows = self.engine.run(sel.sql(self.engine.dialect), expect=self._expect([table], [table]))
+        if len(rows.rows) > MAX_PUBLIC_GROUPS:
+            raise QueryRejected(f"GROUP BY {column}", f"the public table has more than {MAX_PUBLIC_GROUPS} values")
+        return tuple(sorted((r[0] for r in rows.rows), key=lambda v: (v is None, v or "")))
+
+
+    def plan(self, sql: str, *, cached: bool = True) -> QueryPlan | PublicQuery:
+        """Analyse a query without running or charging it (for tools and tests); cached=False
+        plans it afresh even if the session keeps a plan for it."""
+        stmt = classify(sql, None)
         if stmt.kind not in ("query", "explain"):
             raise QueryRejected("a command", "only queries have plans")
-        return self._analyze(stmt)
+        return self._analyze(stmt) if cached else self._plan_now(stmt)
 
     def _mechanisms(self, plan: QueryPlan):
+        last = self._last_mechanisms
+        if last is not None and last[0] is plan:       # the charge and the answer use the same ones
+            return last[1]
         mechs = {spec.target: make_mechanism(spec.mechanism, spec.sensitivity, spec.epsilon, spec.delta)
-                 for spec in plan.noise}
+                 for spec in plan.noise if spec.mechanism != "exponential"}
+        mechs.update(_quantile_mechanisms(plan))
         sel = None
         if plan.selection_noise is not None:
             s = plan.selection_noise
             sel = make_mechanism("laplace", s.l1, s.epsilon, 0.0)
+        self._last_mechanisms = (plan, (mechs, sel))
         return mechs, sel
 
     def _run_public(self, q: PublicQuery) -> Result:
-        rows = self.engine.run(q.sql)
+        rows = self.engine.run(q.sql, expect=self._expect((), q.tables))
         return Result(list(rows.columns), [_type_name(t) for t in rows.types], rows.rows, "public",
                       accuracy=[None] * len(rows.columns),
                       half_widths=[(None,) * len(rows.columns) for _ in rows.rows],
@@ -260,9 +468,13 @@ class Session:
             if plan.subset is not None and plan.subset.flagged:
                 self._audit("subset_repeat", plan, charged=Cost(0.0, 0.0))
             return result
-        sql = to_sql(plan, self.engine.dialect)
+        if plan.auto is not None and plan.auto.chosen is None:
+            plan = self._auto_bound(plan)
+        sql = self._sql(plan)
         mechs, sel = self._mechanisms(plan)
-        params = {"values": [dict(mechs[m.name].params(), measure=m.label) for m in plan.measures]}
+        params = {"values": [dict(mechs[m.name].params(), measure=m.label) for m in plan.measures]
+                  + [dict(mechs[q.name].params(), measure=q.label) for q in plan.quantiles]
+                  + [dict(mechs[dc.name].params(), measure=dc.label) for dc in plan.distincts]}
         if sel is not None:
             params["partition_selection"] = dict(sel.params(), threshold=plan.selection.threshold,
                                                  delta=plan.selection.delta, l0=plan.selection.l0)
@@ -272,23 +484,37 @@ class Session:
         if subset is not None:
             params["subset_selection"] = {"population": subset.population, "surcharge": recon.surcharge}
         b = self.budget
-        # Charge first: if this raises, nothing has run and nothing is released.
-        try:
-            self.ledger.charge(self.analyst, charged.epsilon, charged.delta, epsilon_total=b.epsilon,
-                               delta_total=b.delta, mechanism=plan.mechanism, params=params, query=plan.text,
-                               subset=subset)
-        except (QueryRejected, BudgetExhausted) as err:
-            if subset is not None:
-                self._audit("subset_refused", plan, charged=charged, subset=subset, reason=err.sqlstate)
-            raise
-        if subset is not None:     # audited before anything runs: an unaudited answer is never released
-            self._audit("subset_charged", plan, charged=charged, subset=subset, surcharge=surcharge)
-        bind = {SALT: self.rng.randbits(63)} if plan.group_choice else None
-        rows = self.engine.run(sql, bind)
+        rho_q = accounting.decimal_up(charged.rho)
+
+        def charge() -> None:
+            """Charge first: called by the engine inside the query's transaction, after the schema
+            facts are checked and before the query runs. If it raises, nothing runs and nothing
+            is released."""
+            if self._cancelled.is_set():
+                raise QueryCanceled("canceling statement due to user request: the query was cancelled")
+            try:
+                self.ledger.charge(self.analyst, charged.epsilon, charged.delta, epsilon_total=b.epsilon,
+                                   delta_total=b.delta, mechanism=plan.mechanism, params=params, query=plan.text,
+                                   subset=subset, rho=rho_q, zcdp_delta=charged.zcdp_delta,
+                                   accountant=b.accountant)
+            except (QueryRejected, BudgetExhausted) as err:
+                if subset is not None:
+                    self._audit("subset_refused", plan, charged=charged, subset=subset, reason=err.sqlstate)
+                if isinstance(err, BudgetExhausted):
+                    raise self._what_fits(err, plan) from None
+                raise
+            if subset is not None:     # audited before anything runs: an unaudited answer is never released
+                self._audit("subset_charged", plan, charged=charged, subset=subset, surcharge=surcharge)
+        salted = plan.group_choice or any(m.sample is not None for m in plan.measures) or needs_salt(plan)
+        bind = {SALT: self.rng.randbits(63)} if salted else None
+        rows = self.engine.run(sql, bind, expect=self._expect([ref for _, ref in plan.tables]), before=charge)
+        if self._cancelled.is_set():
+            raise QueryCanceled("canceling statement due to user request: the query was cancelled")
         table = self._noise(plan, rows.rows, mechs, sel)
-        spending = self.ledger.spending(self.analyst, epsilon_total=b.epsilon, delta_total=b.delta)
+        spending = self.spending()
         db_types = self._db_types(plan)
-        accuracy = [self._accuracy(o, mechs) for o in plan.outputs]
+        accuracy = postprocess.through([self._accuracy(o, mechs) for o in plan.outputs], plan.wraps)
+        accuracy = _widest(accuracy, table.widths)
         rows, widths, cut = table.rows, table.widths, 0
         limit = self.policy.limits.max_released_rows
         if len(rows) > limit:       # partition selection released more groups than the policy allows
@@ -301,22 +527,89 @@ class Session:
                                  self.policy.limits.max_cached_bytes)
         return result
 
+    def _what_fits(self, err: BudgetExhausted, plan: QueryPlan) -> BudgetExhausted:
+        """The ledger's refusal with a hint the analyst can act on: how much is left and the
+        setting at which this query would fit (its cost scales with the setting: linearly in
+        epsilon and delta; SET dpsql.rho plans a query at a given rho), or that nothing fits.
+        Computed from the budget, the settings and the plan only."""
+        left, need, what = err.remaining, err.needed, err.resource
+        admin = "the budget itself is set by the policy; ask its administrator for more"
+        if left is None or not need or what is None:
+            return err
+
+        def down(x: float) -> float:
+            """x rounded down to 3 significant digits (so the suggestion does fit)."""
+            if x <= 0:
+                return 0.0
+            step = 10 ** (math.floor(math.log10(x)) - 2)
+            return math.floor(x / step) * step
+
+        fix = None
+        if what == "epsilon" and self.rho is None:
+            fit = down(self.epsilon * left / need)
+            if fit >= self.policy.defaults.min_epsilon:
+                fix = f"SET dpsql.epsilon = {fit:g} (or lower) fits this query"
+        elif what == "rho":
+            flagged = plan.subset is not None and plan.subset.flagged
+            fit = down(left / (1 + (self.policy.reconstruction.surcharge if flagged else 0)))
+            if fit >= self.policy.defaults.rho_floor:
+                fix = f"SET dpsql.rho = {fit:g} (or lower) fits this query"
+        elif what == "delta" and self.delta > 0:
+            fit = down(self.delta * left / need)
+            if fit > 0:
+                fix = f"SET dpsql.delta = {fit:g} (or lower) fits this query"
+        shown = f"{left:.6g}"
+        hint = (f"{what} {shown} is left: {fix}; {admin}" if fix else
+                f"{what} {shown} is left, less than the smallest query may use; {admin}")
+        return BudgetExhausted(str(err), hint, resource=what, remaining=left, needed=need)
+
     # -- the reconstruction defence: surcharge, cap, cache, audit (dpsql.analysis.reconstruction, dpsql.guard)
     def _answer_key(self, plan: QueryPlan) -> str:
         return answer_key(str(getattr(self.engine, "name", type(self.engine).__name__)), plan.text,
                           plan.cost.epsilon, plan.cost.delta, plan.mechanism)
 
     def _charge_of(self, plan: QueryPlan) -> tuple[Cost, float, SubsetCharge | None]:
-        """What a query is charged: its cost, plus the policy's surcharge (a fraction of its epsilon)
-        when it selects people by identity; and the subset series it joins, if any."""
+        """What a query is charged: its cost, plus the policy's surcharge (a fraction of its epsilon,
+        the same fraction of its rho) when it selects people by identity; and the subset series it
+        joins, if any. The cost carries its zCDP part (rho of the mechanisms actually used, at least
+        the policy's min_rho, and partition selection's delta), whichever accountant checks it."""
+        rho, part = self._rho_of(plan)
+        floor = Fraction(self.policy.defaults.rho_floor)
         if plan.subset is None or not plan.subset.flagged:
-            return plan.cost, 0.0, None
+            c = plan.cost
+            return Cost(c.epsilon, c.delta, max(rho, floor), part), 0.0, None
         recon = self.policy.reconstruction
         surcharge = plan.cost.epsilon * recon.surcharge
         cap = recon.max_subset_queries if recon.max_subset_queries is not None else auto_cap
-        population = population_key(plan.table.name, tuple(m.label for m in plan.measures), plan.subset)
-        return (Cost(plan.cost.epsilon + surcharge, plan.cost.delta), surcharge,
+        tables = "+".join(sorted({t.name for t in plan.relation.policies})) if plan.relation else plan.table.name
+        population = population_key(tables, tuple(m.label for m in plan.measures), plan.subset)
+        rho = max(rho * (1 + Fraction(recon.surcharge)), floor)
+        return (Cost(plan.cost.epsilon + surcharge, plan.cost.delta, rho, part), surcharge,
                 SubsetCharge(population, plan.subset.named, cap))
+
+    def _rho_of(self, plan: QueryPlan) -> tuple[Fraction, float]:
+        """The plan's zCDP cost before surcharge and floor: the exact rho of its mechanisms
+        (dpsql.accounting claims 1-3), and partition selection's delta."""
+        mechs, sel = self._mechanisms(plan)
+        rho = sum((m.rho for m in mechs.values()), Fraction(0))
+        if plan.auto is not None:       # the bound choice: eps_svt-DP, so eps_svt^2/2-zCDP
+            rho += plan.auto.rho
+        if sel is None:
+            return rho, 0.0
+        return rho + sel.rho, plan.selection.delta
+
+    def _outlook(self, charged: Cost) -> tuple[str, dict, list]:
+        """For EXPLAIN DP: the accountant in force, how many more queries like this one the
+        remaining budget allows under it and under basic composition, and the planned series."""
+        b = self.budget
+        t = self.ledger.totals(self.analyst)
+        rho = accounting.decimal_up(charged.rho)
+        left = {"zcdp": accounting.zcdp_count(t.rho, t.zcdp_delta, rho, charged.zcdp_delta, b.epsilon, b.delta),
+                "basic": accounting.basic_count(t.epsilon, t.delta, charged.epsilon, charged.delta,
+                                                b.epsilon, b.delta)}
+        plans = (accounting.plan_series(self.plan_queries, charged.epsilon, charged.delta, rho, charged.zcdp_delta,
+                                        b.epsilon, b.delta) if self.plan_queries else [])
+        return t.accountant or b.accountant, left, plans
 
     def _audit(self, event: str, plan: QueryPlan, *, charged: Cost, subset: SubsetCharge | None = None,
                **fields: Any) -> None:
@@ -347,11 +640,11 @@ class Session:
     def _noise(self, plan: QueryPlan, rows: list[tuple], mechs, sel) -> postprocess.Table:
         """Partition selection, then noise on every measure of every released group.
 
-        Group keys arrive as text (dpsql.rewrite.partitions.key_text). Nothing here can fail on
+        Group keys arrive as text (dpsql.rewrite.keys). Nothing here can fail on
         a key's value: public-domain keys are looked up in their domain, and selected keys are
         turned into typed values only once released, by _typed_key, which never raises."""
         nk, measures = len(plan.keys), plan.measures
-        types = [self.schema.columns.get(plan.table.name, {}).get(k.column, "") for k in plan.keys]
+        types = [k.sql_type for k in plan.keys]
         groups: dict[tuple, tuple] = {}
         for r in rows:
             groups[tuple(r[:nk])] = r[nk:]
@@ -364,10 +657,16 @@ class Session:
                     found[key] = values
             zero = (0,) * (len(measures))
             domain = itertools.product(*[k.domain for k in plan.keys])
-            groups = {key: found.get(key, zero) for key in domain}
+            read = [k.domain_source is not None for k in plan.keys]    # a public table's values, as text
+            groups = {tuple(_typed_key(v, ty) if r else v for v, ty, r in zip(key, types, read)):
+                      found.get(key, zero) for key in domain}
         elif not plan.keys:
             groups = groups or {(): (0,) * len(measures)}
         widths = {m.name: mechs[m.name].half_width() for m in measures}
+        widths.update({q.name: math.inf for q in plan.quantiles})    # a value's error is not bounded; its rank's is
+        widths.update({dc.name: mechs[dc.name].half_width() for dc in plan.distincts})
+        at = len(measures) + (1 if sel is not None else 0)    # distinct counts, then histograms, follow _units
+        hists = {h: at + len(plan.distincts) + i for i, h in enumerate(quantile_histograms(plan))}
         released = []
         for key, values in groups.items():
             if sel is not None:
@@ -379,13 +678,21 @@ class Session:
             for m, v in zip(measures, values):
                 exact = Fraction(0 if v is None else v)       # ints and Decimals: exact
                 env[m.name] = mechs[m.name].release(exact / m.divisor, self.rng)
+            for i, dc in enumerate(plan.distincts, at):
+                exact = Fraction(0 if i >= len(values) or values[i] is None else values[i])
+                env[dc.name] = mechs[dc.name].release(exact, self.rng)
+            for q in plan.quantiles:
+                i = hists[q.hist]
+                env[q.name] = mechs[q.name].release(values[i] if i < len(values) else None, self.rng)
             released.append((key, env, widths))
         if sel is not None:
             # Selected groups: the engine's row order depends on the data (hash tables,
             # threads), so release them in an order fixed by the keys alone (a total order).
             released.sort(key=lambda g: _key_order(g[0]))
         outputs = [(o.name, o.expr, o.noisy) for o in plan.outputs]
-        return postprocess.finish(released, outputs, plan.having, plan.order, plan.limit, plan.offset)
+        noise = {m.name: (mechs[m.name].name, mechs[m.name].scale) for m in measures}
+        table = postprocess.finish(released, outputs, plan.having, plan.order, plan.limit, plan.offset, noise)
+        return postprocess.wrap(table, plan.wraps)
 
     def _db_types(self, plan: QueryPlan) -> list[str]:
         """The SQL type of each output: noisy values are DOUBLE; group keys keep their column's type."""
@@ -394,10 +701,10 @@ class Session:
             if o.noisy:
                 out.append("DOUBLE")
             elif o.expr[0] == "key":
-                out.append(self.schema.columns[plan.table.name].get(plan.keys[o.expr[1]].column, "VARCHAR"))
+                out.append(plan.keys[o.expr[1]].sql_type or "VARCHAR")
             else:
                 out.append("VARCHAR")
-        return out
+        return postprocess.through(out, plan.wraps, "VARCHAR")
 
     # -- for front ends that describe before they execute (the wire protocol's Describe)
     def describe(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None
@@ -409,7 +716,7 @@ class Session:
         if self._closed:
             raise InterfaceError("the session is closed")
         with self._lock:
-            stmt = classify(sql, params, self.engine.dialect)
+            stmt = classify(sql, params)
             if stmt.kind in ("empty", "set", "reset"):
                 return [], []
             if stmt.kind == "show":
@@ -417,54 +724,76 @@ class Session:
                 return r.columns, ["DOUBLE" if t == "number" else "VARCHAR" for t in r.types]
             planned = self._analyze(stmt)
             if stmt.kind == "explain":
-                return list(explain.COLUMNS), ["DOUBLE" if t == "number" else "VARCHAR" for t in explain.TYPES]
+                return (list(explain.columns(stmt.name)),
+                        ["DOUBLE" if t == "number" else "VARCHAR" for t in explain.types(stmt.name)])
             if isinstance(planned, PublicQuery):
                 rows = self.engine.run(f"SELECT * FROM ({planned.sql}) AS q LIMIT 0")
                 return list(rows.columns), list(rows.types)
-            return [o.name for o in planned.outputs], self._db_types(planned)
+            names, types = _output_names(planned), self._db_types(planned)
+            r = self._present(Result(names, [_type_name(t) for t in types], [], "private", [], [], db_types=types),
+                              planned)
+            return r.columns, r.db_types
 
     def tables(self) -> dict[str, dict[str, str]]:
         """What an analyst may see of the schema: each protected table (by its policy name) and each
-        public base table, with its columns and their SQL types. No rows, no statistics."""
+        base table the policy declares public, with its columns and their SQL types. No rows, no
+        statistics; a table the policy does not mention is not listed."""
         out = {name: dict(cols) for name, cols in self.schema.columns.items()}
-        hidden = {t.source.lower() for t in self.policy.tables.values() if t.source}
-        for name in sorted(self.schema.base_tables - hidden - set(out)):
-            try:
-                out[name] = self.engine.table_columns(name)
-            except KeyError:
-                continue
+        for name in sorted(self.schema.public):
+            out.setdefault(name, dict(self.schema.public[name]))
         return out
 
     @staticmethod
     def _accuracy(output, mechs) -> Accuracy | None:
         if not output.noisy:
             return None
-        if output.expr[0] == "ref":
-            m = mechs[output.expr[1]]
+        expr = output.expr
+        if expr[0] == "clamp":      # sample-and-aggregate: [mid +] one noisy mean, clamped to its range
+            expr = expr[1][2] if expr[1][0] == "add" else expr[1]
+        if expr[0] == "ref":
+            m = mechs[expr[1]]
             return Accuracy(m.name, m.scale, m.half_width())
         names = _refs(output.expr)
         kinds = {mechs[n].name for n in names}
         return Accuracy(kinds.pop() if len(kinds) == 1 else "mixed", None, None)
 
     # -- EXPLAIN DP
-    def _explain(self, plan: QueryPlan) -> Result:
+    def _explain(self, plan: QueryPlan, form: str | None = "facts") -> Result:
         mechs, sel = self._mechanisms(plan)
         charged, surcharge, subset = self._charge_of(plan)
         recon = self.policy.reconstruction
         cached = recon.cache_lifetime > 0 and self.ledger.cached(
             self.analyst, self._answer_key(plan), recon.cache_lifetime) is not None
         series = self.ledger.subset_state(self.analyst, subset) if subset is not None else None
-        rows = explain.private_rows(plan, to_sql(plan, self.engine.dialect), mechs, sel, charged=charged,
-                                    surcharge=surcharge, recon=recon, cached=cached, series=series)
-        return _explain_result(rows)
+        raw = self._rho_of(plan)[0] * (1 + Fraction(recon.surcharge) if surcharge else 1)
+        rows = explain.private_rows(plan, self._sql(plan), mechs, sel, charged=charged,
+                                    surcharge=surcharge, recon=recon, cached=cached, series=series,
+                                    floored=charged.rho > raw, outlook=self._outlook(charged))
+        if plan.auto is not None:
+            a = plan.auto
+            rows.insert(len(plan.noise), explain._pad(("auto_bound", f"upper clip of {a.column}", "above_threshold",
+                                                       1.0, a.epsilon, 0.0, None, None, a.describe(), float(a.rho))))
+        return _explain_result(rows, form, self.engine.dialect)
 
     # -- SET / RESET / SHOW
     def _set(self, name: str, value: str) -> Result:
         if not name.startswith("dpsql."):
-            raise QueryRejected(f"SET {name}", "only dpsql.epsilon, dpsql.delta and dpsql.mechanism can be set",
-                                "engine settings are fixed by the data owner")
+            raise QueryRejected(f"SET {name}", "only dpsql.epsilon, dpsql.rho, dpsql.delta, dpsql.mechanism and "
+                                "dpsql.plan_queries can be set", "engine settings are fixed by the data owner")
         key = name[len("dpsql."):]
-        if key == "epsilon":
+        if key == "rho":
+            self.rho = self._rho_setting(name, value)
+        elif key == "plan_queries":
+            try:
+                k = int(value.strip())
+            except (TypeError, ValueError):
+                raise InvalidSetting("dpsql.plan_queries must be a whole number") from None
+            if not 0 <= k <= 10 ** 9:
+                raise InvalidSetting("dpsql.plan_queries must be between 0 (off) and 1000000000")
+            self.plan_queries = k
+        elif key in ("intervals", "round"):
+            setattr(self, key, _bool_setting(name, value))
+        elif key == "epsilon":
             eps = _float_setting(name, value)
             if not eps > 0:
                 raise InvalidSetting("dpsql.epsilon must be positive")
@@ -476,10 +805,11 @@ class Session:
             total = self.budget.epsilon
             if eps > total:
                 raise InvalidSetting(f"dpsql.epsilon {eps:g} exceeds the lifetime budget {total:g}")
-            left = self.spending().epsilon_remaining
-            if eps > left:
+            spending = self.spending()
+            left = spending.epsilon_remaining
+            if spending.accountant == "basic" and eps > left:   # under zCDP the ledger checks the query's rho
                 raise InvalidSetting(f"dpsql.epsilon {eps:g} exceeds the remaining budget {left:g}")
-            self.epsilon = eps
+            self.epsilon, self.rho = eps, None
         elif key == "delta":
             delta = _float_setting(name, value)
             if not 0 <= delta < 1:
@@ -496,18 +826,53 @@ class Session:
             if mech != "laplace" and self.delta <= 0:
                 raise InvalidSetting("the Gaussian mechanism needs dpsql.delta > 0; SET dpsql.delta first")
             self.mechanism = mech
-        elif key in ("analyst", "budget", "spent", "ledger", "policy"):
-            raise QueryRejected(f"SET {name}", "the analyst, the budget and the spending are fixed by the policy")
+        elif key in ("analyst", "budget", "spent", "ledger", "policy", "accountant"):
+            raise QueryRejected(f"SET {name}", "the analyst, the budget, its accountant and the spending are fixed "
+                                "by the policy")
         else:
-            raise InvalidSetting(f"unknown setting {name}; settable: dpsql.epsilon, dpsql.delta, dpsql.mechanism")
+            raise InvalidSetting(f"unknown setting {name}; settable: dpsql.epsilon, dpsql.rho, dpsql.delta, "
+                                 "dpsql.mechanism, dpsql.plan_queries, dpsql.intervals, dpsql.round")
         return Result([], [], [], "set", tag="SET")
+
+    def _default_rho(self) -> float | None:
+        """The policy's per-query rho ([defaults] rho), for analysts kept under zCDP accounting."""
+        d = self.policy.defaults
+        return d.rho if d.rho is not None and self.spending().accountant == "zcdp" else None
+
+    def _rho_setting(self, name: str, value: str) -> float:
+        """SET dpsql.rho: each following query's noise is calibrated to cost this much rho (zCDP only)."""
+        rho = _float_setting(name, value)
+        if not rho > 0:
+            raise InvalidSetting("dpsql.rho must be positive")
+        s = self.spending()
+        if s.accountant != "zcdp":
+            raise InvalidSetting("dpsql.rho needs zCDP accounting; this budget is kept under basic composition, "
+                                 "which charges epsilon: SET dpsql.epsilon")
+        floor = self.policy.defaults.rho_floor
+        if rho < floor:
+            raise InvalidSetting(f"dpsql.rho {rho:g} is below the policy's minimum {floor:g} per query: every answer "
+                                 "also reveals a little that is not noised (such as its run time), so the number of "
+                                 "queries one budget buys is bounded")
+        if rho > s.rho_total:
+            raise InvalidSetting(f"dpsql.rho {rho:g} exceeds what the lifetime budget allows ({s.rho_total:.6g})")
+        if rho > s.rho_remaining:
+            raise InvalidSetting(f"dpsql.rho {rho:g} exceeds the remaining budget (rho {s.rho_remaining:.6g})")
+        return rho
 
     def _reset(self, name: str) -> Result:
         d = self.policy.defaults
         if name == "all":
             self.epsilon, self.delta, self.mechanism = d.epsilon, d.delta, d.mechanism
+            self.rho, self.plan_queries = self._default_rho(), 0
+            self.intervals = self.round = False
         elif name == "dpsql.epsilon":
-            self.epsilon = d.epsilon
+            self.epsilon, self.rho = d.epsilon, self._default_rho()
+        elif name == "dpsql.rho":
+            self.rho = self._default_rho()
+        elif name == "dpsql.plan_queries":
+            self.plan_queries = 0
+        elif name in ("dpsql.intervals", "dpsql.round"):
+            setattr(self, name[len("dpsql."):], False)
         elif name == "dpsql.delta":
             self.delta = d.delta
         elif name == "dpsql.mechanism":
@@ -517,30 +882,107 @@ class Session:
         return Result([], [], [], "set", tag="RESET")
 
     def cancel(self) -> None:
-        """Cancel the running query (from another thread or a signal handler). A charge
-        already made stays made; nothing is released."""
+        """Cancel the running statement (from another thread or a signal handler). A charge
+        already made stays made; nothing is released.
+
+        A cancel that arrives before the engine has started the query (which an engine's
+        interrupt would miss) is kept for the statement: it is checked before the charge (then
+        nothing is charged) and again before the answer is released. It never shortens the
+        release time ([timing]): a cancelled answer is refused at the time it would have been
+        released, so the moment of the refusal says nothing about how long the query ran."""
+        self._cancelled.set()
         self.engine.interrupt()
 
     def spending(self) -> Spending:
         b = self.budget
-        return self.ledger.spending(self.analyst, epsilon_total=b.epsilon, delta_total=b.delta)
+        return self.ledger.spending(self.analyst, epsilon_total=b.epsilon, delta_total=b.delta,
+                                    accountant=b.accountant)
+
+    SETTINGS: Mapping[str, str] = {      # name -> description, for SHOW ALL (the proxy) and the documentation
+        "dpsql.epsilon": "epsilon each following query is charged (NULL while dpsql.rho calibrates them)",
+        "dpsql.rho": "zCDP cost each following query is calibrated to (zCDP accounting only)",
+        "dpsql.delta": "delta for the Gaussian mechanism and partition selection",
+        "dpsql.mechanism": "noise mechanism: laplace, gaussian (analytic) or gaussian_classic",
+        "dpsql.plan_queries": "EXPLAIN DP also plans a series of this many such queries (0: off)",
+        "dpsql.intervals": "on: each noisy column c is followed by c_low and c_high, its 95% interval",
+        "dpsql.round": "on: noisy counts as whole numbers, negative ones clamped to 0 (post-processing)",
+        "dpsql.accountant": "how the budget is kept: zcdp or basic (fixed by the policy)",
+        "dpsql.analyst": "whose budget is charged (fixed at login)",
+    }
+
+    def settings(self) -> list[tuple[str, str | None, str]]:
+        """Every dpsql setting as (name, value as text, description), for SHOW ALL."""
+        out = []
+        for name, description in self.SETTINGS.items():
+            v = self._show(name).rows[0][0]
+            out.append((name, None if v is None else (f"{v:g}" if isinstance(v, float) else str(v)), description))
+        return out
 
     def _show(self, name: str) -> Result:
+        if name == "all":
+            rows = self.settings()
+            return Result(["name", "setting", "description"], ["string"] * 3, rows, "show", [None] * 3,
+                          [(None,) * 3 for _ in rows], tag="SHOW", db_types=["VARCHAR"] * 3)
         if name == "dpsql.budget":
             s = self.spending()
-            cols = ["analyst", "epsilon_spent", "epsilon_remaining", "delta_spent", "delta_remaining"]
-            row = (self.analyst, s.epsilon_spent, s.epsilon_remaining, s.delta_spent, s.delta_remaining)
-            return Result(cols, ["string"] + ["number"] * 4, [row], "show", [None] * 5, [(None,) * 5], tag="SHOW",
-                          db_types=["VARCHAR"] + ["DOUBLE"] * 4)
+            cols = ["analyst", "epsilon_spent", "epsilon_remaining", "delta_spent", "delta_remaining",
+                    "rho_spent", "rho_remaining", "accountant"]
+            row = (self.analyst, s.epsilon_spent, s.epsilon_remaining, s.delta_spent, s.delta_remaining,
+                   s.rho_spent, s.rho_remaining, s.accountant)
+            n = len(cols)
+            return Result(cols, ["string"] + ["number"] * 6 + ["string"], [row], "show", [None] * n, [(None,) * n],
+                          tag="SHOW", db_types=["VARCHAR"] + ["DOUBLE"] * 6 + ["VARCHAR"])
         values = {"dpsql.epsilon": self.epsilon, "dpsql.delta": self.delta, "dpsql.mechanism": self.mechanism,
-                  "dpsql.analyst": self.analyst}
+                  "dpsql.analyst": self.analyst, "dpsql.rho": self.rho, "dpsql.plan_queries": self.plan_queries,
+                  "dpsql.accountant": None, "dpsql.intervals": "on" if self.intervals else "off",
+                  "dpsql.round": "on" if self.round else "off"}
         if name not in values:
-            raise QueryRejected(f"SHOW {name}", "dpsql shows dpsql.budget, dpsql.epsilon, dpsql.delta, "
-                                "dpsql.mechanism and dpsql.analyst")
-        v = values[name]
+            raise QueryRejected(f"SHOW {name}", "dpsql shows dpsql.budget, dpsql.epsilon, dpsql.rho, dpsql.delta, "
+                                "dpsql.mechanism, dpsql.plan_queries, dpsql.intervals, dpsql.round, "
+                                "dpsql.accountant and dpsql.analyst")
+        if name == "dpsql.epsilon" and self.rho is not None:
+            v = None                           # rho calibrates the queries now, not epsilon
+        else:
+            v = self.spending().accountant if name == "dpsql.accountant" else values[name]
         col = name.split(".", 1)[1]
-        return Result([col], ["number" if isinstance(v, float) else "string"], [(v,)], "show", [None], [(None,)],
-                      tag="SHOW", db_types=["DOUBLE" if isinstance(v, float) else "VARCHAR"])
+        number = isinstance(v, (int, float)) or name in ("dpsql.rho", "dpsql.epsilon")
+        return Result([col], ["number" if number else "string"], [(v,)], "show", [None], [(None,)],
+                      tag="SHOW", db_types=["DOUBLE" if number else "VARCHAR"])
+
+
+def read_schema(policy: Policy, engine: Engine, *, check_types: bool = True) -> Schema:
+    """What the engine says about the policy's tables, checked against the policy: each protected
+    table's columns and types, whether its unit is unique (PRIMARY KEY/UNIQUE) and NOT NULL, the
+    public tables' columns and keys, and every fact read (Schema.facts) so that each query can
+    check the ones it relies on again in its own transaction (Engine.run's expect); the base
+    tables and views analysts' public queries are checked against."""
+    refs = {t.name: t.source or t.name for t in policy.tables.values()}
+    base = engine.base_tables()
+    public = sorted(n for n in base if policy.is_public(n))
+    facts = engine.facts(list(dict.fromkeys(list(refs.values()) + public)))
+
+    def columns(name: str) -> dict[str, str]:
+        if name not in facts:
+            raise KeyError(name)
+        return dict(facts[name].columns)
+
+    policy.check_schema(columns)
+    cols, unique, not_null = {}, set(), set()
+    for t in policy.tables.values():
+        f = facts[refs[t.name]]
+        cols[t.name] = dict(f.columns)
+        if t.privacy_unit in f.unique:
+            unique.add(t.name)
+        if t.privacy_unit in f.not_null:
+            not_null.add(t.name)
+    kept = {ref: facts[ref] for ref in list(refs.values()) + public if ref in facts}
+    schema = Schema(cols, frozenset(unique), frozenset(base), frozenset(engine.views()), frozenset(not_null),
+                    facts=kept, public={n: dict(facts[n].columns) for n in public if n in facts})
+    problems = check_policy_types(policy, schema) if check_types else []
+    if problems:
+        key, _, problem = problems[0].partition(": ")
+        raise policy.problem(key, problem)       # with its line in the policy file
+    return schema
 
 
 def release_delay(start: float, timing) -> None:
@@ -548,7 +990,7 @@ def release_delay(start: float, timing) -> None:
     then at the next whole multiple of timing.quantum seconds after it.
 
     Run time is released with every answer and carries no noise. Work that depends on the data
-    is kept small by construction (no statistics-based pruning: dpsql.rewrite.contribution.hit),
+    is kept small by construction (no statistics-based pruning: dpsql.rewrite.rows),
     and what remains is hidden here: a query that finishes before the floor is released at the
     floor exactly, whatever its data; a longer one at a multiple of the quantum, so that only a
     difference that moves it across a multiple shows. This is Haeberlen, Pierce & Narayan's
@@ -565,15 +1007,15 @@ def release_delay(start: float, timing) -> None:
         time.sleep(left)
 
 
-def _explain_result(rows: list[tuple]) -> Result:
-    n = len(explain.COLUMNS)
-    return Result(list(explain.COLUMNS), list(explain.TYPES), rows, "explain", [None] * n,
+def _explain_result(rows: list[tuple], form: str | None = "facts", dialect: str | None = None) -> Result:
+    """EXPLAIN DP's rows in its form (dpsql.explain: facts, sql or wide)."""
+    form = form or "facts"
+    cols, types = explain.columns(form), explain.types(form)
+    rows = explain.shaped(rows, form, dialect)
+    n = len(cols)
+    return Result(list(cols), list(types), rows, "explain", [None] * n,
                   [(None,) * n for _ in rows], tag="EXPLAIN",
-                  db_types=["DOUBLE" if t == "number" else "VARCHAR" for t in explain.TYPES])
-
-
-def _explain_public(q: PublicQuery) -> Result:
-    return _explain_result(explain.public_rows(q.sql))
+                  db_types=["DOUBLE" if t == "number" else "VARCHAR" for t in types])
 
 
 def _key_order(key: tuple) -> tuple:
@@ -596,14 +1038,20 @@ _OUTSIDE = object()
 
 def _domain_lookup(domain: tuple, sql_type: str):
     """Text of a key (as the engine prints it) -> the public domain's value, or _OUTSIDE.
-    Integers print alike on every engine; CHAR(n) may come back padded (Spark pads on read)."""
-    table = {str(v): v for v in domain}
-    pad = family(sql_type) == "text" and sql_type.lower().startswith(("char", "bpchar", "character")) \
-        and "varying" not in sql_type.lower()
+
+    Integers print alike on every engine. A text key reaches this only through the engine's own
+    `key IN (domain)`, so it equals a domain value by the engine's comparison; the only way its
+    text can differ from that value is CHAR(n)'s blank padding: Spark pads CHAR(n) on read and
+    compares with padding, yet reports the column as a plain string, so the column's type cannot
+    tell. A text key is therefore looked up as it is, then without trailing blanks (a VARCHAR key
+    with blanks matched its domain value exactly, so the second lookup never moves it). A boolean
+    prints as true/false on every engine (CAST(b AS TEXT))."""
+    table = {("true" if v else "false") if isinstance(v, bool) else str(v): v for v in domain}
+    pad = family(sql_type) == "text"
 
     def look(text):
-        if text is None:
-            return _OUTSIDE
+        if text is None:            # a LEFT JOIN's NULL key is a value of a public table's domain
+            return None if None in domain else _OUTSIDE
         v = table.get(text, _OUTSIDE)
         if v is _OUTSIDE and pad:
             v = table.get(text.rstrip(" "), _OUTSIDE)
@@ -619,7 +1067,15 @@ def _typed_key(text: str | None, sql_type: str) -> Any:
     """A released key's value from its text, in the column's Python type where it has one.
 
     Never raises: a value Python cannot hold (a date 'infinity', a year past 9999 or BC, a
-    nanosecond timestamp) stays the engine's text."""
+    nanosecond timestamp) stays the engine's text.
+
+    A group's text is that of whichever of its rows the engine met first, and equal values can
+    print differently: -0.0 and 0.0 are one group (DuckDB and PostgreSQL print the first seen),
+    and so are 1.0 and 1.00 in a PostgreSQL NUMERIC without a declared scale. The released key
+    would then show whether someone's row holds -0.0 or 1.00, which partition selection does not
+    cover (the group is released either way). So a released key is a function of the group's
+    value alone: floats are canonical (-0.0 + 0.0 is 0.0; NaN and infinities are unchanged),
+    and a NUMERIC of free scale loses its trailing fractional zeros (PostgreSQL's trim_scale)."""
     if text is None:
         return None
     fam = family(sql_type)
@@ -627,9 +1083,11 @@ def _typed_key(text: str | None, sql_type: str) -> Any:
         if fam == "int":
             return int(text)
         if fam == "decimal":
+            if "(" not in sql_type and "." in text and "e" not in text.lower():   # free scale: its own
+                text = text.rstrip("0").rstrip(".")                              # (text: exact, no rounding)
             return Decimal(text)
         if fam == "float":
-            return float(text)
+            return float(text) + 0.0
         if fam == "bool":
             low = text.strip().lower()
             return True if low in ("true", "t") else False if low in ("false", "f") else text
@@ -645,11 +1103,41 @@ def _typed_key(text: str | None, sql_type: str) -> Any:
     return text
 
 
+def _quantile_mechanisms(plan: QueryPlan) -> dict:
+    """The exponential mechanism of each quantile (dpsql.noise.exponential), at its NoiseSpec's epsilon
+    share, with rank sensitivity each unit's per-group row bound, over the plan's L0 groups."""
+    specs = {spec.target: spec for spec in plan.noise}
+    return {q.name: QuantileEM(specs[q.name].epsilon, q.q, q.lo, q.hi, int(specs[q.name].linf), plan.l0, q.bins)
+            for q in plan.quantiles}
+
+
+def _widest(accuracy: list, widths: list[tuple]) -> list:
+    """A derived column's accuracy (AVG, VARIANCE, arithmetic): the widest 95% half-width among
+    its released values (each value's own is in Result.half_widths), None if one is unbounded."""
+    out = []
+    for i, a in enumerate(accuracy):
+        if a is not None and a.ci95 is None and widths:
+            col = [w[i] for w in widths]
+            if all(w is not None for w in col):
+                a = Accuracy(a.mechanism, None, max(col))
+        out.append(a)
+    return out
+
+
+def _output_names(plan: QueryPlan) -> list[str]:
+    """The released columns' names: the outermost query's."""
+    if plan.wraps:
+        return [name for name, _ in plan.wraps[-1].outputs] if not plan.names else list(plan.names)
+    return [o.name for o in plan.outputs]
+
+
 def _refs(expr: tuple) -> set[str]:
     if expr[0] == "ref":
         return {expr[1]}
     if expr[0] == "avg":
         return {expr[1], expr[2]}
+    if expr[0] == "var":
+        return {expr[1], expr[2], expr[3]}
     out: set[str] = set()
     for a in expr[1:]:
         if isinstance(a, tuple):
@@ -665,6 +1153,16 @@ def _float_setting(name: str, value: str) -> float:
     if not math.isfinite(v):
         raise InvalidSetting(f"{name} must be finite")
     return v
+
+
+def _bool_setting(name: str, value: str) -> bool:
+    """A boolean setting as PostgreSQL spells one: on/off, true/false, yes/no, 1/0."""
+    v = str(value).strip().strip("'\"").lower()
+    if v in ("on", "true", "yes", "1", "t", "y"):
+        return True
+    if v in ("off", "false", "no", "0", "f", "n"):
+        return False
+    raise InvalidSetting(f"{name} must be on or off")
 
 
 def _type_name(sql_type: str) -> str:
@@ -706,12 +1204,10 @@ class Backend:
             raise InterfaceError("a policy is needed: a TOML file path or a dict")
         self.policy = load_policy(policy)
         self.target = target
-        self.engine = open_engine(target, **engine_options)
+        self.engine = open_engine(target, sources=path_sources(self.policy), **engine_options)
         self._lock = threading.Lock()
         try:
-            probe = Session(self.engine, self.policy, "dpsql", own_engine=False,
-                            ledger=_NoLedger())
-            self.schema = probe.schema
+            self.schema = read_schema(self.policy, self.engine)
         except BaseException:
             self.engine.close()
             raise
@@ -723,24 +1219,26 @@ class Backend:
             engine = clone() if clone is not None else self.engine
         try:
             return Session(engine, self.policy, analyst, rng=rng, own_engine=clone is not None,
-                           schema=self.schema)
+                           schema=self.schema, on_schema=self._schema_read)
         except BaseException:
             if clone is not None:
                 engine.close()
             raise
 
+    def _schema_read(self, schema: Schema) -> None:
+        """A session found the schema changed and read it again: later sessions start from it."""
+        self.schema = schema
+
     def close(self) -> None:
         self.engine.close()
 
-    def __enter__(self) -> "Backend":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
 
-class _NoLedger:
-    """Stands in for the ledger while Backend reads the schema (that probe never charges)."""
-
-    def close(self) -> None:
-        pass
+def _laplace(sensitivity: float, epsilon: float, value, rng) -> float:
+    """value + Laplace(sensitivity / epsilon) noise, by the exact sampler (for AboveThreshold)."""
+    return make_mechanism("laplace", sensitivity, epsilon, 0.0).release(Fraction(value), rng)

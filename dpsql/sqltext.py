@@ -87,3 +87,56 @@ def split_statements(text: str) -> tuple[list[str], str]:
 def only_comments(text: str) -> bool:
     """Whether text holds nothing but whitespace and comments."""
     return not strip_comments(text).strip()
+
+
+def blank_comments(text: str) -> str:
+    """The text with each comment outside quotes replaced by spaces of the same length (its
+    newlines kept), so that a character's offset is the same in both: error positions point
+    into the text the analyst wrote."""
+    if not _SPECIAL.search(text):
+        return text
+    out, i, n = [], 0, len(text)
+    while i < n:
+        m = _SPECIAL.search(text, i)
+        if m is None:
+            out.append(text[i:])
+            break
+        out.append(text[i:m.start()])
+        kind, end, _ = skip(text, m.start())
+        chunk = text[m.start():end]
+        out.append("".join(c if c == "\n" else " " for c in chunk) if kind == "comment" else chunk)
+        i = end
+    return "".join(out)
+
+
+def unterminated(text: str) -> tuple[int, str] | None:
+    """(offset, kind) of a quoted string, quoted identifier or comment that never ends, or None."""
+    i, n = 0, len(text)
+    while i < n:
+        m = _SPECIAL.search(text, i)
+        if m is None:
+            return None
+        _, end, done = skip(text, m.start())
+        if not done:
+            what = {"'": "quoted string", '"': "quoted identifier", "$": "dollar-quoted string"}.get(
+                text[m.start()], "/* comment")
+            return m.start(), what
+        i = max(end, m.start() + 1)
+    return None
+
+
+def code_spans(text: str) -> list[tuple[int, int]]:
+    """The [start, end) spans of the text outside quotes and comments."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        m = _SPECIAL.search(text, i)
+        if m is None:
+            out.append((i, n))
+            break
+        kind, end, _ = skip(text, m.start())
+        if kind == "code":
+            out.append((i, end))
+        else:
+            out.append((i, m.start()))
+        i = end
+    return [(a, b) for a, b in out if b > a]

@@ -51,11 +51,17 @@ def make_people_db(path: str, people: int = 2000, *, pk: bool = True) -> str:
 
 def policy_for(tmp_path, **overrides) -> dict:
     from dpsql.datagen import demo_policy
-    pol = demo_policy(ledger=str(tmp_path / "ledger.sqlite"))
+    # Basic composition: most tests check exact sums of epsilons. zCDP accounting (the policy's
+    # default) is tested in tests/ledger/test_accounting.py and tests/integration/test_zcdp.py.
+    pol = demo_policy(ledger=str(tmp_path / "ledger.sqlite"), accountant="basic")
     pol["budget"]["epsilon"] = overrides.pop("epsilon", 100.0)
     pk = dict(pol["tables"]["people"])
     pk["columns"] = dict(pk["columns"])
     pol["tables"]["people_pk"] = pk
+    pol["public"] = {"tables": ["regions"]}
+    # Release timing is tested on its own (tests/integration/test_limits.py, tests/attacks/test_timing.py);
+    # elsewhere its floor would only make every query take 0.1 s.
+    pol["timing"] = {"quantum": 0, "floor": 0}
     for k, v in overrides.items():
         pol[k] = v
     return pol

@@ -13,7 +13,6 @@ import pytest
 from tests.conftest import benchmark_script
 
 
-
 @pytest.fixture(scope="module")
 def bench():
     with benchmark_script("bench_core") as module:

@@ -1,6 +1,7 @@
 """dpsql.demo: the demo database and policy are built once, whole, where the user's data lives."""
 from __future__ import annotations
 
+import datetime
 import os
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-import dpsql.demo as demo
+from dpsql import demo
 from dpsql.policy import load_policy
 
 STATES = ["CA", "FL", "IL", "NY", "OH", "PA", "TX", "WA"]
@@ -47,8 +48,8 @@ def test_policy_toml_structure(tmp_path):
     text = path.read_text(encoding="utf-8")
     assert text.startswith("#")                                   # the explanatory header
     data = tomllib.loads(text)
-    assert data["budget"] == {"epsilon": 10.0, "delta": 1e-6, "ledger": "budget.sqlite"}
-    assert data["defaults"] == {"epsilon": 0.5, "mechanism": "laplace"}
+    assert data["budget"] == {"epsilon": 10.0, "delta": 1e-6, "ledger": "budget.sqlite", "accountant": "zcdp"}
+    assert data["defaults"] == {"epsilon": 0.5, "mechanism": "gaussian", "rho": 0.05}
     people, visits = data["tables"]["people"], data["tables"]["visits"]
     assert {k: v for k, v in people.items() if k != "columns"} == {
         "privacy_unit": "person_id", "max_rows_per_unit": 1, "max_groups_per_unit": 1}
@@ -64,7 +65,7 @@ def test_policy_toml_structure(tmp_path):
     assert visits["columns"]["cost"] == {"lower": 0, "upper": 2000}
     assert visits["columns"]["state"] == {"values": STATES}
     assert sorted(visits["columns"]["kind"]["values"]) == ["checkup", "emergency", "lab", "specialist"]
-    assert visits["columns"]["visit_date"] == {}
+    assert visits["columns"]["visit_date"] == {"lower": datetime.date(2023, 1, 1), "upper": datetime.date(2024, 12, 31)}
     loaded = load_policy(path)                                   # dpsql's own reader accepts it
     assert loaded.budget.ledger == path.resolve().parent / "budget.sqlite"
 
@@ -161,8 +162,8 @@ def test_concurrent_first_calls(tmp_path):
 
 
 def test_policy_toml_writes_the_reconstruction_server_and_analyst_sections(tmp_path):
-    from dpsql.policy import load_policy
     from dpsql.datagen import demo_policy
+    from dpsql.policy import load_policy
     pol = demo_policy(str(tmp_path / "l.sqlite"))
     pol["reconstruction"] = {"surcharge": 0.5, "max_subset_queries": 4, "cache_lifetime": "12h"}
     pol["server"] = {"auth": "trust"}

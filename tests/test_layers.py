@@ -2,7 +2,8 @@
 
 errors <- policy <- analysis <- rewrite <- session <- frontends; engines, noise, ledger, guard,
 postprocess sit beside and only session imports them; noise and ledger import no
-sqlglot; frontends import only session and errors.
+sqlglot; frontends import only session and errors. accounting (zCDP arithmetic) is a leaf that
+the ledger, explain and session use.
 """
 from __future__ import annotations
 
@@ -16,24 +17,27 @@ ALLOWED = {
     "errors": set(),
     "sqltext": set(),     # a lexical leaf (quotes and comments), usable at every layer
     "cost": set(),
+    "dialects": set(),    # engine capabilities as data (sqlglot only), for the analysis and the rewrite
+    "accounting": set(),  # zCDP and composition arithmetic: a leaf, like cost
     "policy": {"errors"},
-    "analysis": {"errors", "policy", "cost", "analysis", "sqltext"},
-    "rewrite": {"errors", "policy", "cost", "analysis", "rewrite"},
+    "analysis": {"errors", "policy", "cost", "analysis", "sqltext", "dialects"},
+    "rewrite": {"errors", "policy", "cost", "analysis", "rewrite", "dialects"},
     "engines": {"errors", "engines"},
     "noise": {"errors", "noise"},
-    "ledger": {"errors"},
+    "ledger": {"errors", "accounting"},
     "guard": {"errors"},  # answer cache codec and audit log, beside the ledger
-    "explain": {"analysis", "cost"},  # EXPLAIN DP rows: formatting for the session
+    "explain": {"analysis", "cost", "accounting"},  # EXPLAIN DP rows: formatting for the session
     "postprocess": {"errors"},
     "datagen": set(),
     "demo": {"datagen"},
-    "session": {"errors", "policy", "cost", "analysis", "rewrite", "engines", "noise", "ledger", "guard", "explain",
-                "postprocess", "demo"},
+    "session": {"errors", "policy", "cost", "accounting", "analysis", "rewrite", "engines", "noise", "ledger", "guard",
+                "explain", "postprocess", "demo"},
     "admin": {"errors", "policy", "analysis", "engines", "ledger", "session", "demo"},   # budget report, policy check
-    "frontends": {"errors", "session", "admin", "frontends", "sqltext"},
+    "starter": {"errors", "engines"},    # `dpsql init`: a starter policy from a file's names and types
+    "frontends": {"errors", "session", "admin", "frontends", "sqltext", "starter"},
     "__init__": {"errors", "frontends"},
 }
-NO_SQLGLOT = {"noise", "ledger", "guard", "postprocess", "engines", "policy", "errors", "cost", "sqltext"}
+NO_SQLGLOT = {"noise", "ledger", "guard", "postprocess", "engines", "policy", "errors", "cost", "sqltext", "accounting"}
 
 
 def _group(path: Path) -> str:

@@ -1,16 +1,19 @@
 """Resolve a parsed query against the policy and build its QueryPlan.
 
-This is the subset check (it mirrors grammars/dpsql.lark, the documented subset) and
-the privacy analysis in one walk. It accepts, on one protected table:
+This is the subset check (it mirrors grammars/dpsql.lark, the documented subset) and the
+privacy analysis in one walk, on the normalised query (dpsql.analysis.normalize: names
+qualified, row-level CTEs and subqueries inlined, BI-tool wrappers split off) and its bound
+FROM relation (dpsql.analysis.bind: protected and public tables, joins on the unit, links,
+per-unit subqueries; semi-joins on the unit in WHERE, dpsql.analysis.semijoin). It accepts:
 
-* SELECT items: GROUP BY columns, COUNT(*), COUNT(col), SUM(col), AVG(col) of
-  declared numeric columns, and + - * / and unary minus over those and numeric
-  literals (post-processing of noisy values);
-* WHERE: AND/OR/NOT of comparisons, BETWEEN, IN (literal list), IS [NOT] NULL and
-  LIKE/ILIKE (literal pattern) between declared columns and literals of the same
-  type, so that no row can make the predicate fail at run time;
-* GROUP BY declared columns (public domain, or thresholded partition selection);
-* HAVING, ORDER BY, LIMIT, OFFSET, evaluated after the noise, on noisy values.
+* SELECT items: GROUP BY columns, COUNT(*), COUNT(col), SUM(col), AVG(col) of declared
+  numeric columns, and + - * / and unary minus over those and numeric literals
+  (post-processing of noisy values);
+* WHERE: AND/OR/NOT of comparisons, BETWEEN, IN (literal list), IS [NOT] NULL and LIKE/ILIKE
+  that cannot fail on any row (dpsql.analysis.predicates), and semi-joins on the unit;
+* GROUP BY declared columns (public domain, a public table's values, or thresholded
+  partition selection);
+* HAVING, ORDER BY, LIMIT, OFFSET and outer wrapper queries, evaluated after the noise.
 
 Everything else is refused with QueryRejected naming the construct and the reason.
 Messages name constructs and columns, never data values.
@@ -19,39 +22,75 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Mapping
+from typing import Any
 
 from sqlglot import exp
 
+from dpsql.analysis import distinct as distinct_counts
+from dpsql.analysis import quantiles as quantile_measures
 from dpsql.analysis import reconstruction
+from dpsql.analysis import sample_aggregate as sa
 from dpsql.analysis import sensitivity as sens
-from dpsql.analysis.plan import (Expr, GroupKey, Measure, NoiseSpec, Output, QueryPlan,
-                                 Selection)
+from dpsql.analysis.bind import Catalog, _conjuncts, _resolve_in, bind, exact_bounds
+from dpsql.analysis.expressions import Derived, Expressions
+from dpsql.analysis.normalize import (
+    Normalized,
+    Wrapper,
+    check_shape,
+    normalize,
+    output_name,
+)
+from dpsql.analysis.plan import (
+    Expr,
+    GroupKey,
+    Measure,
+    NoiseSpec,
+    Output,
+    QueryPlan,
+    Selection,
+    Wrap,
+)
+from dpsql.analysis.predicates import (
+    CMP,
+    NUMBER,
+    NUMERIC,
+    Predicates,
+    family,
+    refuse_expression,
+)
+from dpsql.analysis.relation import ColRef, ColumnInfo, Relation
+from dpsql.analysis.semijoin import SemiJoins
+from dpsql.analysis.suggest import table_hint
+from dpsql.analysis.suggest import undeclared_table_hint as _or_ask
 from dpsql.cost import Cost
-from dpsql.errors import QueryRejected
-from dpsql.policy import ColumnPolicy, Policy, TablePolicy
+from dpsql.dialects import dialect as engine_dialect
+from dpsql.errors import QueryRejected, UndefinedTable
+from dpsql.policy import Policy, TablePolicy
 
 MAX_PUBLIC_GROUPS = 1_000_000
-MAX_PATTERN = 1000
-_LITERAL_LIMIT = 1e18
-_NUMBER = re.compile(r"\d{1,19}(\.\d{0,18})?|\.\d{1,18}|\d+(\.\d*)?[eE][+-]?\d{1,3}")
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
-_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d{1,6})?")
+_AGGREGATES = (exp.Count, exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevPop,
+               exp.StddevSamp) + sa.AGGREGATES
+_ARITH = {exp.Add: "add", exp.Sub: "sub", exp.Mul: "mul", exp.Div: "div"}
+DomainReader = Callable[[str, str], tuple]     # (public table, column) -> its distinct values as text
 
 
 # ----------------------------------------------------------------------------- inputs
 
 @dataclass(frozen=True)
 class Schema:
-    """What the engine says about the tables, read once at connect time."""
+    """What the engine says about the tables, read at connect time and again whenever a query
+    finds a fact changed (every fact a plan relies on is re-checked in the query's own
+    transaction: dpsql.session.read_schema, Engine.run's expect)."""
     columns: Mapping[str, Mapping[str, str]]          # protected table -> column -> type
     unique_units: frozenset[str] = frozenset()        # protected tables whose unit is PK/UNIQUE
     base_tables: frozenset[str] = frozenset()         # every base table (lower-case)
     views: frozenset[str] = frozenset()
     not_null_units: frozenset[str] = frozenset()      # protected tables whose unit is NOT NULL
+    facts: Mapping[str, Any] = field(default_factory=dict)     # engine reference -> engines.base.TableFacts
+    public: Mapping[str, Mapping[str, str]] = field(default_factory=dict)   # public table -> column -> type
 
 
 @dataclass(frozen=True)
@@ -59,6 +98,7 @@ class Settings:
     epsilon: float
     delta: float
     mechanism: str
+    budget_delta: float | None = None   # the analyst's lifetime delta (policy), for actionable hints
 
 
 @dataclass(frozen=True)
@@ -66,29 +106,7 @@ class PublicQuery:
     """A query touching no protected table: passed through unchanged, charged nothing."""
     sql: str
     tree: exp.Expression = field(repr=False)
-
-
-def family(sql_type: str) -> str:
-    """Coarse type family of an engine type name: int, float, decimal, text, bool, date, other."""
-    t = sql_type.lower()
-    if re.match(r"^(u?(tiny|small|big|huge)?int(eger)?|int[248]|smallint|bigint|u?hugeint|integer|serial|bigserial|long|short|byte)\b", t):
-        return "int"
-    if t.startswith(("decimal", "numeric")):
-        return "decimal"
-    if t.startswith(("double", "float", "real")):
-        return "float"
-    if t.startswith(("varchar", "text", "char", "character", "string", "bpchar")):
-        return "text"
-    if t.startswith(("bool",)):
-        return "bool"
-    if t.startswith(("date",)) and not t.startswith("datetime"):
-        return "date"
-    if t.startswith(("timestamp", "datetime")):
-        return "timestamp"
-    return "other"
-
-
-_NUMERIC = {"int", "float", "decimal"}
+    tables: tuple[str, ...] = ()       # the public base tables it reads (checked again when it runs)
 
 
 def check_policy_types(policy: Policy, schema: Schema) -> list[str]:
@@ -98,8 +116,10 @@ def check_policy_types(policy: Policy, schema: Schema) -> list[str]:
         cols = schema.columns.get(t.name, {})
         for c in t.columns.values():
             fam = family(cols.get(c.name, "other"))
-            if c.bounded and fam not in _NUMERIC:
+            if c.bounded and fam not in NUMERIC:
                 problems.append(f"tables.{t.name}.columns.{c.name}: bounds given but the column is not numeric")
+            if c.span is not None and fam != "date":
+                problems.append(f"tables.{t.name}.columns.{c.name}: date bounds given but the column is not a DATE")
             if c.values is not None:
                 want_str = fam in ("text",)
                 if fam not in ("text", "int"):
@@ -113,14 +133,42 @@ def check_policy_types(policy: Policy, schema: Schema) -> list[str]:
 # ----------------------------------------------------------------------------- entry
 
 def analyze(tree: exp.Expression, policy: Policy, schema: Schema, settings: Settings,
-            dialect: str = "duckdb") -> QueryPlan | PublicQuery:
-    """Check the query against the subset and the policy; build its plan."""
+            dialect: str = "duckdb", domains: DomainReader | None = None) -> QueryPlan | PublicQuery:
+    """Check the query against the subset and the policy; build its plan.
+
+    domains: reads a public table column's distinct values (the Session's engine), for GROUP BY
+    keys that are public-table columns."""
     _refuse_statement_kind(tree)
     _refuse_qualified_names(tree)
-    protected = _protected_tables(tree, policy)
+    check_shape(tree)
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    names = []
+    for t in tree.find_all(exp.Table):
+        name = _table_name(t)
+        if name is None:
+            raise QueryRejected("a table function or file reader", "it can read data that the policy does not describe")
+        if name in ctes:
+            if _policy_table(policy, name) is not None or name in schema.base_tables:
+                raise QueryRejected(f"the common table expression {name!r}", "it has the name of a table",
+                                    "give it a name of its own")
+            continue
+        names.append(name)
+    protected = [n for n in names if _policy_table(policy, n) is not None]
     if not protected:
-        return _public(tree, schema, dialect)
-    return _Analysis(tree, policy, schema, settings, dialect).plan()
+        return _public(tree, policy, schema, dialect)
+    for name in names:
+        if name not in protected:
+            _check_public(name, policy, schema)
+    visible: dict[str, Mapping[str, str]] = {}
+    for t in policy.tables.values():
+        visible[t.name] = schema.columns.get(t.name, {})
+        if t.source:
+            visible.setdefault(t.source.lower().split(".")[-1], schema.columns.get(t.name, {}))
+    for name in names:
+        if name not in visible and name in schema.public:
+            visible[name] = schema.public[name]
+    norm = normalize(tree, visible)
+    return _Analysis(norm, tree, policy, schema, settings, dialect, domains).plan()
 
 
 def _refuse_qualified_names(tree: exp.Expression) -> None:
@@ -170,13 +218,18 @@ def _policy_table(policy: Policy, name: str) -> TablePolicy | None:
     return None
 
 
-def _protected_tables(tree: exp.Expression, policy: Policy) -> set[str]:
-    found = set()
-    for t in tree.find_all(exp.Table):
-        name = _table_name(t)
-        if name and _policy_table(policy, name):
-            found.add(name)
-    return found
+def _check_public(name: str, policy: Policy, schema: Schema) -> None:
+    """A table that is not protected may be read only if it is a base table the policy declares
+    public. The declaration is checked first: a table the policy does not mention is refused with
+    the same message whether or not it exists."""
+    if name in schema.views:
+        raise QueryRejected(f"the view {name!r}", "a view may read protected tables; query the tables themselves")
+    others = schema.base_tables if policy.public.undeclared == "public" else ()
+    if not policy.is_public(name):
+        raise QueryRejected(f"the table {name!r}", "the policy does not declare it public",
+                            _or_ask(table_hint(name, policy, others)))
+    if name not in schema.base_tables:
+        raise UndefinedTable(f"the table {name!r}", "no such table", table_hint(name, policy, others))
 
 
 # ----------------------------------------------------------------------------- public
@@ -188,22 +241,24 @@ _PUBLIC_FUNCS = (
 )
 
 
-def _public(tree: exp.Expression, schema: Schema, dialect: str) -> PublicQuery:
-    """Pass a query on public tables through, if it only reads known base tables.
+def _public(tree: exp.Expression, policy: Policy, schema: Schema, dialect: str) -> PublicQuery:
+    """Pass a query on public tables through, if it only reads base tables the policy declares public.
 
+    Fail closed: a table the policy neither protects nor declares public ([public] tables) is
+    refused, so a sensitive table the administrator forgot, or one created after the policy was
+    written, is never read row by row (unless the policy opts out with undeclared = "public").
     Views are refused (dpsql cannot see what a view reads: it might read a protected
     table), and so is every function not on a short list of plain scalar and
     aggregate functions (no file readers, table functions or settings).
     """
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
     for t in tree.find_all(exp.Table):
         name = _table_name(t)
         if name is None:
             raise QueryRejected("a table function or file reader",
                                 "it can read data that the policy does not describe")
-        if name in schema.views:
-            raise QueryRejected(f"the view {name!r}", "a view may read protected tables; query the tables themselves")
-        if name not in schema.base_tables:
-            raise QueryRejected(f"the table {name!r}", "no such table")
+        if name not in ctes:
+            _check_public(name, policy, schema)
     for node in tree.find_all(exp.Func):
         if isinstance(node, exp.Anonymous) or not isinstance(node, _PUBLIC_FUNCS + (exp.Binary, exp.Unary, exp.Connector)):
             raise QueryRejected(f"the function {node.sql_name() if not isinstance(node, exp.Anonymous) else node.name}",
@@ -211,15 +266,14 @@ def _public(tree: exp.Expression, schema: Schema, dialect: str) -> PublicQuery:
     for cls, what in ((exp.Into, "SELECT INTO"), (exp.Lock, "locking clauses")):
         if tree.find(cls):
             raise QueryRejected(what, "dpsql answers read-only queries only")
-    return PublicQuery(tree.sql(dialect, comments=False), tree)
+    names = tuple(dict.fromkeys(n for t in tree.find_all(exp.Table) if (n := _table_name(t)) and n not in ctes))
+    return PublicQuery(tree.sql(dialect, comments=False), tree, names)
 
 
 # ----------------------------------------------------------------------------- private
 
-_ALLOWED_SELECT_ARGS = {"expressions", "from_", "where", "group", "having", "order", "limit", "offset"}
+_ALLOWED_SELECT_ARGS = {"expressions", "from_", "where", "group", "having", "order", "limit", "offset", "joins"}
 _ARG_NAMES = {
-    "with_": ("WITH (common table expressions)", "CTEs are not supported yet; write the query on the table itself"),
-    "joins": ("JOIN", "joins can multiply one person's rows beyond the declared contribution limits"),
     "distinct": ("SELECT DISTINCT", "distinct rows reveal which values exist"),
     "qualify": ("QUALIFY", "window filters act on true values"),
     "windows": ("WINDOW", "window functions act on true values"),
@@ -230,372 +284,116 @@ _ARG_NAMES = {
     "pivots": ("PIVOT", "pivoting is not part of the accepted subset"),
 }
 
-_CMP = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
-_ARITH = {exp.Add: "add", exp.Sub: "sub", exp.Mul: "mul", exp.Div: "div"}
-
-
-def _refuse_expression(node: exp.Expression, where: str) -> QueryRejected:
-    """A clear refusal for a construct found in a clause."""
-    if isinstance(node, exp.Star):
-        return QueryRejected("SELECT *", "it would release individual rows", "select aggregates such as COUNT(*)")
-    if isinstance(node, (exp.Min, exp.Max)):
-        return QueryRejected(f"{node.sql_name()}()", "a minimum or maximum can be set by one person alone")
-    if isinstance(node, exp.Window):
-        return QueryRejected("window functions (OVER)", "they compute on true, un-noised values")
-    if isinstance(node, (exp.Subquery, exp.Exists)) or (isinstance(node, exp.In) and node.args.get("query")):
-        return QueryRejected("subqueries", "a nested query is not bounded by the policy's limits (not supported yet)")
-    if isinstance(node, exp.Select):
-        return QueryRejected("subqueries", "a nested query is not bounded by the policy's limits (not supported yet)")
-    if isinstance(node, (exp.Cast, exp.TryCast)):
-        return QueryRejected("CAST", "a cast can fail on some rows, and the error would reveal them")
-    if isinstance(node, (exp.Div, exp.IntDiv, exp.Mod)) and where == "WHERE":
-        return QueryRejected("division in WHERE", "it can fail on some rows (division by zero)")
-    if isinstance(node, (exp.RegexpLike, exp.RegexpExtract, exp.RegexpReplace, exp.RegexpILike)):
-        return QueryRejected("regular expressions", "a pattern can fail on some rows or take data-dependent time")
-    if isinstance(node, exp.Anonymous) and node.name.lower() == "error":
-        return QueryRejected("error()", "it raises an error that depends on the rows")
-    if isinstance(node, exp.Placeholder):
-        return QueryRejected("an unbound parameter", "pass a value for every placeholder")
-    if isinstance(node, exp.Func):
-        name = node.name if isinstance(node, exp.Anonymous) else node.sql_name()
-        return QueryRejected(f"the function {name}() in {where}",
-                             "only COUNT, SUM and AVG are released, and WHERE accepts only comparisons "
-                             "with literals, which cannot fail on any row")
-    if isinstance(node, exp.Binary) and not isinstance(node, exp.Connector) and where == "WHERE":
-        return QueryRejected(f"arithmetic ({type(node).__name__.lower()}) in WHERE",
-                             "arithmetic on row values can fail (overflow) on some rows")
-    return QueryRejected(f"{type(node).__name__} in {where}", "it is not part of the accepted subset")
-
 
 class _Analysis:
-    def __init__(self, tree: exp.Expression, policy: Policy, schema: Schema, settings: Settings,
-                 dialect: str):
-        self.tree, self.policy, self.schema, self.settings, self.dialect = tree, policy, schema, settings, dialect
+    def __init__(self, norm: Normalized, original: exp.Expression, policy: Policy, schema: Schema,
+                 settings: Settings, dialect: str, domains: DomainReader | None):
+        self.norm, self.original, self.policy, self.schema = norm, original, policy, schema
+        self.settings, self.dialect, self.domains = settings, dialect, domains
+        self.engine = engine_dialect(dialect)
+        self.cat = Catalog(policy, schema.columns, schema.facts, schema.public, self.engine, norm.ctes)
         self.measures: dict[tuple, Measure] = {}
         self.keys: list[GroupKey] = []
-        self.key_exprs: list[str] = []      # column name of each key
+        self.key_refs: list = []           # per key: its ColRef, or "expr:<sql>" for an expression
         self.aliases: dict[str, Expr] = {}
+        self.narrow: dict[ColRef, tuple[frozenset | None, frozenset]] = {}
 
-    # -- helpers
-    def column_type(self, name: str) -> str:
-        return self.schema.columns.get(self.table.name, {}).get(name, "other")
-
-    def resolve(self, col: exp.Column, where: str) -> str:
-        """The declared column a reference names (or the privacy unit)."""
-        if col.args.get("catalog") or (col.args.get("db") and not isinstance(col.args.get("db"), exp.Identifier)):
-            raise QueryRejected("a qualified column", "qualify columns by the table or its alias only")
-        qual = col.table.lower() if col.table else None
-        if qual and qual not in self.qualifiers:
-            raise QueryRejected(f"the qualifier {col.table!r}", "it is not the queried table or its alias")
-        name = col.name.lower()
-        if not name or isinstance(col.this, exp.Star):
-            raise _refuse_expression(exp.Star(), where)
-        if not self.table.declared(name):
-            raise QueryRejected(f"the column {name!r}",
-                                f"it is not declared in the policy for table {self.table.name!r}",
+    # -- names
+    def resolve(self, col: exp.Column, where: str) -> tuple[ColRef, ColumnInfo]:
+        """The column a (qualified) reference names; it must be declared (or be the unit)."""
+        if isinstance(col.this, exp.Star):
+            raise refuse_expression(exp.Star(), where)
+        ref, info = _resolve_in(list(self.rel.instances), col)
+        if not info.declared and ref not in self.rel.unit_class:
+            inst = self.rel.instance(ref[0])
+            owner = inst.policy.name if inst is not None and inst.policy is not None else ref[0]
+            raise QueryRejected(f"the column {info.name!r}",
+                                f"it is not declared in the policy for table {owner!r}",
                                 "ask the data owner to declare it (bounds or a public value domain)")
-        return name
+        return ref, info
 
     # -- main
+    def _no_delta(self, selection: bool, gaussian: bool) -> QueryRejected:
+        """The refusal of a query that needs a delta when the session's is 0, with a fix the
+        analyst can apply, or, when the policy gives the analyst no delta at all, what its
+        administrator can change."""
+        s = self.settings
+        open_keys = [k.column for k in self.keys if k.domain is None]
+        what = ("partition selection (GROUP BY " + ", ".join(open_keys) + ", which has no public value "
+                "domain, so which groups exist must itself be released privately)") if selection else ""
+        if gaussian:
+            what = (what + " and " if what else "") + f"the {s.mechanism} mechanism"
+        fixes = []
+        if gaussian:
+            fixes.append("SET dpsql.mechanism = 'laplace'")
+        if s.budget_delta is not None and s.budget_delta <= 0:
+            reason = f"{what} needs a positive delta, and the policy gives this analyst's budget no delta (delta = 0)"
+            admin = []
+            if selection:
+                admin.append("declare a public value domain for " + ", ".join(open_keys)
+                             + " (values = [...] under its [tables.TABLE.columns.COLUMN])")
+            admin.append("set a positive budget.delta (e.g. 1e-6) in the policy")
+            hint = ("; or ".join(fixes) + "; otherwise " if fixes else "") + \
+                "the policy's administrator can " + ", or ".join(admin)
+            return QueryRejected("this query", reason, hint)
+        fixes.insert(0, "SET dpsql.delta = 1e-7 (any small positive value"
+                     + (f" up to the budget's {s.budget_delta:g}" if s.budget_delta else "") + ")")
+        return QueryRejected("this query with delta = 0", f"{what} needs a positive delta", "; or ".join(fixes))
+
     def plan(self) -> QueryPlan:
-        sel = self.tree
-        assert isinstance(sel, exp.Select)
+        sel = self.norm.core
         for key, value in sel.args.items():
             if value in (None, [], False) or key in _ALLOWED_SELECT_ARGS:
                 continue
             construct, reason = _ARG_NAMES.get(key, (key.upper(), "not part of the accepted subset"))
             raise QueryRejected(construct, reason)
-        self._scan_forbidden(sel)
-        self._from(sel)
-        where = self._where(sel.args.get("where"))
+        for node in sel.find_all(exp.Subquery, exp.Select):
+            if node is not sel and not (node.find_ancestor(exp.In, exp.Exists) and node.find_ancestor(exp.Where)):
+                clause = next((n for t, n in ((exp.Where, "WHERE"), (exp.Having, "HAVING"), (exp.Order, "ORDER BY"),
+                                             (exp.Group, "GROUP BY")) if node.find_ancestor(t)), "SELECT")
+                raise refuse_expression(node, clause)
+        extra: list[exp.Expression] = []
+        self.rel = bind(sel, self.cat, where_conjuncts=extra)
+        if self.rel.unit is None:
+            raise QueryRejected("this query", "its FROM reads no protected table, but a protected table is "
+                                "named elsewhere in it")
+        where = self._where(sel, extra)
         self._group(sel)
         outputs = self._select(sel)
         having = self._post(sel.args["having"].this, "HAVING") if sel.args.get("having") else None
         order = self._order(sel)
         limit = self._count_literal(sel.args.get("limit"), "LIMIT")
         offset = self._count_literal(sel.args.get("offset"), "OFFSET") or 0
-        if not self.measures:
+        if not self.measures and not quantile_measures.plan_quantiles(self) \
+                and not distinct_counts.plan_distincts(self):
             raise QueryRejected("a query without aggregates", "dpsql releases only COUNT, SUM and AVG",
                                 "add COUNT(*) or another aggregate")
-        return self._finish(outputs, where, having, order, limit, offset)
-
-    def _scan_forbidden(self, sel: exp.Select) -> None:
-        for node in sel.walk():
-            if node is sel:
-                continue
-            if isinstance(node, (exp.Window, exp.Subquery, exp.Exists, exp.Select, exp.Union,
-                                 exp.Intersect, exp.Except)):
-                raise _refuse_expression(node, "the query")
-            if isinstance(node, (exp.Min, exp.Max, exp.Star)) and not isinstance(node.parent, exp.Count):
-                raise _refuse_expression(node, "the query")
-            if isinstance(node, exp.In) and node.args.get("query"):
-                raise _refuse_expression(node, "the query")
-
-    def _from(self, sel: exp.Select) -> None:
-        src = sel.args.get("from_")
-        if src is None:
-            raise QueryRejected("a query without FROM", "name the protected table")
-        t = src.this
-        if not isinstance(t, exp.Table) or not isinstance(t.this, exp.Identifier):
-            raise QueryRejected("a table function or derived table in FROM",
-                                "the query must read one protected table directly")
-        if t.args.get("joins") or sel.args.get("joins"):
-            raise QueryRejected("JOIN", _ARG_NAMES["joins"][1])
-        for arg in ("laterals", "pivots", "sample", "version", "when", "changes"):
-            if t.args.get(arg):
-                raise QueryRejected(arg.upper(), "not part of the accepted subset")
-        name = t.this.name.lower()
-        table = _policy_table(self.policy, name)
-        if table is None:  # a public table mixed with a protected one elsewhere
-            raise QueryRejected("mixing public and protected tables", "the query must read one protected table")
-        alias = t.args.get("alias")
-        if alias is not None and alias.args.get("columns"):
-            raise QueryRejected("a column list on the table alias", "refer to the table's own column names")
-        self.table = table
-        self.qualifiers = {name, table.name}
-        if t.alias:
-            self.qualifiers.add(t.alias.lower())
-        if t.args.get("db"):
-            self.qualifiers.add(f"{t.args['db'].name.lower()}.{name}")
+        sa.check(self.measures.values())
+        if any(m.kind == "sample" for m in self.measures.values()) and (
+                quantile_measures.plan_quantiles(self) or distinct_counts.plan_distincts(self)):
+            raise QueryRejected("sample-and-aggregate beside quantiles or COUNT(DISTINCT ...)",
+                                "CORR, COVAR_* and REGR_* are answered by their own block rewrite",
+                                "ask them in a query of their own")
+        wraps = self._wraps(outputs)
+        if not wraps and len(self.norm.names) == len(outputs):
+            outputs = [Output(n, o.expr, o.noisy, o.text) for n, o in zip(self.norm.names, outputs)]
+        return self._finish(outputs, where, having, order, limit, offset, wraps)
 
     # -- WHERE
-    def _where(self, where: exp.Where | None) -> exp.Expression | None:
-        if where is None:
-            return None
-        return self._predicate(where.this)
+    def _where(self, sel: exp.Select, extra: list[exp.Expression]) -> exp.Expression | None:
+        where = sel.args.get("where")
+        pred = None
+        if where is not None:
+            semis = SemiJoins(self.rel, self.cat)
+            pred = Predicates(self.resolve, self.engine, semis.handle).check(where.this)
+            self.rel = semis.attach(self.rel)
+            self.narrow = _narrowing(where.this, self.resolve)
+        for cond in extra:
+            pred = cond if pred is None else exp.And(this=_paren(pred), expression=_paren(cond))
+        return pred
 
-    def _predicate(self, node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Paren):
-            return exp.Paren(this=self._predicate(node.this))
-        if isinstance(node, (exp.And, exp.Or)):
-            return type(node)(this=self._predicate(node.this), expression=self._predicate(node.expression))
-        if isinstance(node, exp.Not):
-            return exp.Not(this=self._predicate(node.this))
-        if isinstance(node, exp.Boolean):
-            return node.copy()
-        if type(node) in _CMP:
-            _only_args(node, {"this", "expression"})
-            left, right = node.this, node.expression
-            lt, rt = self._operand(left), self._operand(right)
-            if not isinstance(left, exp.Column) and not isinstance(right, exp.Column):
-                raise QueryRejected("a comparison without a column", "compare a declared column with a literal")
-            self._compatible(lt, rt, node)
-            if isinstance(left, exp.Column) and isinstance(right, exp.Column):
-                cast = self._column_pair_cast(lt, rt)
-                return type(node)(this=self._operand_sql(left, cast), expression=self._operand_sql(right, cast))
-            ct = lt if isinstance(left, exp.Column) else rt
-            return type(node)(this=self._operand_sql(left, ct), expression=self._operand_sql(right, ct))
-        if isinstance(node, exp.Between):
-            if node.args.get("symmetric"):
-                raise QueryRejected("BETWEEN SYMMETRIC", "not part of the accepted subset")
-            _only_args(node, {"this", "low", "high"})
-            ct = self._column_operand(node.this, "BETWEEN")
-            for side in ("low", "high"):
-                self._compatible(ct, self._literal_type(node.args[side], "BETWEEN"), node)
-            return exp.Between(this=self._operand_sql(node.this), low=self._literal_sql(node.args["low"], ct),
-                               high=self._literal_sql(node.args["high"], ct))
-        if isinstance(node, exp.In):
-            if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
-                raise _refuse_expression(exp.Subquery(), "WHERE")
-            _only_args(node, {"this", "expressions"})
-            ct = self._column_operand(node.this, "IN")
-            items = node.expressions
-            if not items:
-                raise QueryRejected("an empty IN list", "give at least one value")
-            for item in items:
-                self._compatible(ct, self._literal_type(item, "IN"), node)
-            return exp.In(this=self._operand_sql(node.this), expressions=[self._literal_sql(i, ct) for i in items])
-        if isinstance(node, exp.Is):
-            _only_args(node, {"this", "expression", "negate"})   # negate: PostgreSQL's IS NOT
-            ct = self._column_operand(node.this, "IS")
-            if isinstance(node.expression, exp.Boolean):
-                if family(ct) != "bool":
-                    raise QueryRejected("IS TRUE/FALSE on a non-boolean column",
-                                        "converting each row to a boolean could fail on some rows")
-            elif not isinstance(node.expression, exp.Null):
-                raise QueryRejected("IS with a non-NULL operand", "use IS [NOT] NULL, IS TRUE or IS FALSE")
-            test = exp.Is(this=self._operand_sql(node.this), expression=node.expression.copy())
-            return exp.Not(this=test) if node.args.get("negate") else test
-        if isinstance(node, exp.Escape):
-            raise QueryRejected("LIKE ... ESCAPE", "dpsql sets the escape itself: a backslash, as PostgreSQL does",
-                                "escape % and _ with a backslash")
-        if isinstance(node, (exp.Like, exp.ILike)):
-            return self._like(node, "\\")
-        if isinstance(node, exp.Column):
-            t = self.column_type(self.resolve(node, "WHERE"))
-            if family(t) != "bool":
-                raise QueryRejected("a non-boolean column as a condition", "compare it with a literal")
-            return self._operand_sql(node)
-        raise _refuse_expression(node, "WHERE")
-
-    def _like(self, node: exp.Like | exp.ILike, escape: str) -> exp.Expression:
-        """LIKE/ILIKE with a literal pattern, sent with an explicit ESCAPE on every engine.
-
-        Why this cannot fail on any row: a pattern is malformed only through its escape
-        character (PostgreSQL and DuckDB raise on a pattern ending in it; Spark also on it
-        preceding anything but %, _ or itself). The pattern is a literal, so it is checked
-        here, once, and refused unless every escape is followed by %, _ or the escape itself;
-        such a pattern is well-formed on every engine, whatever row it meets. The escape is
-        always written out: PostgreSQL's and Spark's default is a backslash, DuckDB's is
-        none, so the same text means the same thing everywhere. (PostgreSQL's planner also
-        matches prefix patterns against its statistics, i.e. real values: a well-formed
-        pattern cannot fail there either.)"""
-        ct = self._column_operand(node.this, "LIKE")
-        if family(ct) != "text":
-            raise QueryRejected("LIKE on a non-text column", "a cast of each row could fail")
-        pat = node.expression
-        if not (isinstance(pat, exp.Literal) and pat.is_string) or node.args.get("escape"):
-            raise QueryRejected("LIKE with a non-literal pattern", "only a literal pattern cannot fail on some rows")
-        _only_args(node, {"this", "expression", "negate"})
-        text = pat.this
-        if len(text) > MAX_PATTERN:
-            raise QueryRejected(f"a LIKE pattern longer than {MAX_PATTERN} characters", "patterns are kept short")
-        i = 0
-        while i < len(text):
-            if text[i] == escape:
-                if i + 1 >= len(text) or text[i + 1] not in ("%", "_", escape):
-                    raise QueryRejected("a LIKE pattern with a dangling escape",
-                                        f"the escape {escape!r} must be followed by %, _ or itself "
-                                        "(the engine would fail on some rows)",
-                                        f"write {escape}{escape} for a literal {escape}")
-                i += 2
-            else:
-                i += 1
-        like = type(node)(this=self._operand_sql(node.this), expression=pat.copy())
-        out = exp.Escape(this=like, expression=exp.Literal.string(escape))
-        return exp.Not(this=out) if node.args.get("negate") else out
-
-    def _operand(self, node: exp.Expression) -> str | None:
-        """Type of a comparison operand: a column's type, or a literal's pseudo-type."""
-        if isinstance(node, exp.Column):
-            return self.column_type(self.resolve(node, "WHERE"))
-        return self._literal_type(node, "WHERE")
-
-    def _column_operand(self, node: exp.Expression, what: str) -> str:
-        if not isinstance(node, exp.Column):
-            raise QueryRejected(f"{what} on an expression", f"the left side of {what} must be a declared column")
-        return self.column_type(self.resolve(node, "WHERE"))
-
-    def _operand_sql(self, node: exp.Expression, column_type: str | None = None) -> exp.Expression:
-        """A comparison operand for the rewrite: columns unqualified, literals typed safely.
-
-        For a column, column_type is a cast from _column_pair_cast ("cast:DOUBLE" or
-        "cast:NUMERIC", two numeric columns of different types) or None. For a literal, it is the type of the column compared with it."""
-        if isinstance(node, exp.Column):
-            col = exp.column(node.name.lower())
-            if column_type in ("cast:DOUBLE", "cast:NUMERIC") and family(self.column_type(node.name.lower())) in _NUMERIC:
-                return exp.Cast(this=col, to=exp.DataType.build(column_type[5:]))
-            return col
-        return self._literal_sql(node, column_type)
-
-    def _column_pair_cast(self, a: str, b: str) -> str | None:
-        """How two columns are compared so that no value of either type can make it fail.
-
-        Identical types: as they are (a comparison of two values of one type never raises on
-        any engine; NaN, infinities and NULL have defined orders). Two text types: as they are
-        (the engines widen CHAR/VARCHAR to text, which cannot fail). Two numeric types: each
-        cast to a type every numeric value converts to without error: DOUBLE on DuckDB and
-        Spark (HUGEINT, UBIGINT and DECIMAL(38) are far below DOUBLE's range); NUMERIC on
-        PostgreSQL, whose NUMERIC holds values beyond DOUBLE's range (a cast of 1e400 to
-        float8 raises) while every integer and float8 value (NaN, Infinity) converts to it.
-        Anything else, notably DATE against TIMESTAMP or TIMESTAMP against TIMESTAMP_NS, is
-        refused: the engine would convert every value of one column, and 9999-12-31 does not
-        fit a TIMESTAMP_NS, nor DuckDB's year 5881580 a TIMESTAMP."""
-        if " ".join(a.lower().split()) == " ".join(b.lower().split()):
-            return None
-        fa, fb = family(a), family(b)
-        if fa == fb == "text":
-            return None
-        if fa in _NUMERIC and fb in _NUMERIC:
-            return "cast:NUMERIC" if self.dialect == "postgres" else "cast:DOUBLE"
-        raise QueryRejected(f"comparing a {a} column with a {b} column",
-                            "the engine would convert every value of one of them, which fails on some values",
-                            "compare columns of the same type, or each column with a literal")
-
-    def _literal_sql(self, node: exp.Expression, column_type: str | None) -> exp.Expression:
-        """A literal compared with a column of column_type, written so that the comparison
-        cannot fail on any row.
-
-        Numbers. DuckDB and Spark: a numeric literal compared with anything but an integer
-        column, and a fractional one always, becomes a DOUBLE, so the engine casts the column
-        to DOUBLE (total for every numeric type there) instead of to a DECIMAL wide enough for
-        the literal, which can overflow on some rows. PostgreSQL: the literal stays NUMERIC,
-        so integers and NUMERIC compare exactly and float columns take the literal's (constant)
-        conversion; a cast of the column to DOUBLE would fail for a NUMERIC beyond 1e308.
-        Integral literals are below 1e18 (_literal_type), inside every engine's BIGINT.
-
-        Dates and times: a DATE literal may meet a DATE or TIMESTAMP column (the constant is
-        converted, never the column); a TIMESTAMP literal only a TIMESTAMP column (_compatible).
-        A column of nanosecond precision holds only 1677-09-21..2262-04-11: a literal outside
-        it is refused here (the engine would fail converting it, whether or not rows exist)."""
-        lit = node.this if isinstance(node, exp.Neg) else node
-        if isinstance(lit, exp.Literal) and not lit.is_string:
-            if self.dialect == "postgres":
-                return node.copy()
-            integral = re.fullmatch(r"\d+", lit.this) is not None
-            if not (integral and column_type is not None and family(column_type) == "int"):
-                value = -float(lit.this) if isinstance(node, exp.Neg) else float(lit.this)
-                return exp.Cast(this=exp.Literal.number(repr(value)), to=exp.DataType.build("DOUBLE"))
-        if (isinstance(node, exp.Cast) and column_type is not None and family(column_type) == "timestamp"
-                and _nanosecond(column_type) and isinstance(node.this, exp.Literal)):
-            year = int(node.this.this[:4])
-            if not 1678 <= year <= 2261:
-                raise QueryRejected(f"a date or time literal outside {column_type}'s range",
-                                    "the column holds only 1678-2261 at nanosecond precision")
-        return node.copy()
-
-    def _literal_type(self, node: exp.Expression, where: str) -> str:
-        if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
-            node = node.this
-        if isinstance(node, exp.Null):
-            return "null"
-        if isinstance(node, exp.Boolean):
-            return "lit:bool"
-        if isinstance(node, exp.Literal):
-            if node.is_string:
-                return "lit:text"
-            if not _NUMBER.fullmatch(node.this):
-                raise QueryRejected("a numeric literal with more than 19 integer or 18 decimal digits",
-                                    "comparing it could make the engine overflow on some rows")
-            v = float(node.this)
-            if not math.isfinite(v) or abs(v) > _LITERAL_LIMIT:
-                raise QueryRejected("a numeric literal beyond 1e18", "it could overflow the column's type")
-            return "lit:num"
-        if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal) and node.this.is_string:
-            target = node.to.this
-            text = node.this.this
-            try:
-                if target == exp.DataType.Type.DATE and _DATE.fullmatch(text):
-                    _dt.date.fromisoformat(text)
-                    return "lit:date"
-                if target in (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.DATETIME, exp.DataType.Type.TIMESTAMPNTZ,
-                              exp.DataType.Type.TIMESTAMPTZ) and _TIMESTAMP.fullmatch(text):
-                    _dt.datetime.fromisoformat(text)
-                    return "lit:timestamp"
-            except ValueError:
-                pass
-            raise QueryRejected("a malformed date literal",
-                                "write dates as DATE 'YYYY-MM-DD' and timestamps as TIMESTAMP 'YYYY-MM-DD HH:MM:SS'")
-        raise _refuse_expression(node, where)
-
-    def _compatible(self, a: str | None, b: str | None, node: exp.Expression) -> None:
-        """Refuse comparisons between operands whose types the engine would reconcile by a
-        conversion that can fail on some values (see _literal_sql and _column_pair_cast)."""
-        fa = "null" if a == "null" else (a[4:] if a and a.startswith("lit:") else family(a or "other"))
-        fb = "null" if b == "null" else (b[4:] if b and b.startswith("lit:") else family(b or "other"))
-        groups = {"int": "num", "float": "num", "decimal": "num", "num": "num", "text": "text",
-                  "bool": "bool", "date": "date", "timestamp": "timestamp", "null": "null"}
-        ga, gb = groups.get(fa, "other"), groups.get(fb, "other")
-        if "other" in (ga, gb):
-            raise QueryRejected("a comparison on a column of an unsupported type",
-                                "only numeric, text, boolean, date and timestamp columns can be filtered")
-        if ga != gb and "null" not in (ga, gb):
-            column_is_a = not (a or "").startswith("lit:")
-            col_group, lit_kind = (ga, b) if column_is_a else (gb, a)
-            if not (col_group == "timestamp" and lit_kind == "lit:date"):
-                hint = ("compare a DATE column with a DATE literal" if col_group == "date"
-                        else "compare values of the same type")
-                raise QueryRejected(f"comparing {ga} with {gb}", "the implicit cast could fail on some rows", hint)
+    def _expressions(self, clause: str) -> Expressions:
+        return Expressions(self.resolve, self.engine, Predicates(self.resolve, self.engine), clause)
 
     # -- GROUP BY
     def _group(self, sel: exp.Select) -> None:
@@ -608,26 +406,62 @@ class _Analysis:
         if not group.expressions:
             raise QueryRejected("an empty GROUP BY", "name the columns to group by")
         for node in group.expressions:
-            if isinstance(node, exp.Literal) and not node.is_string:
-                if not node.this.isdigit():
-                    raise QueryRejected("GROUP BY a constant", "group by declared columns or their positions")
-                pos = int(node.this)
-                items = sel.expressions
-                if not 1 <= pos <= len(items):
-                    raise QueryRejected("GROUP BY position", "it does not name a SELECT item")
-                node = items[pos - 1].unalias() if isinstance(items[pos - 1], exp.Alias) else items[pos - 1]
             if not isinstance(node, exp.Column):
-                raise QueryRejected("GROUP BY an expression", "group by declared columns only")
-            name = self.resolve(node, "GROUP BY")
-            if name == self.table.privacy_unit:
-                raise QueryRejected("GROUP BY the privacy unit", "every group would hold one person")
-            if name in self.key_exprs:
+                self._group_expression(node)
                 continue
-            col = self.table.column(name)
-            if family(self.column_type(name)) == "other":
-                raise QueryRejected(f"GROUP BY {name}", "the column's type is not supported for grouping")
-            self.keys.append(GroupKey(f"_g{len(self.keys)}", name, col.values if col else None))
-            self.key_exprs.append(name)
+            ref, info = self.resolve(node, "GROUP BY")
+            if ref in self.rel.unit_class:
+                raise QueryRejected("GROUP BY the privacy unit", "every group would hold one person")
+            if ref in self.key_refs:
+                continue
+            if family(info.sql_type) == "other":
+                raise QueryRejected(f"GROUP BY {info.name}", "the column's type is not supported for grouping")
+            domain, source, null = info.domain, None, False
+            inst = self.rel.instance(ref[0])
+            if info.public and inst is not None:
+                source = (inst.ref, info.name)
+                null = any(j.kind == "left" and j.instance.alias == inst.alias for j in self.rel.joins)
+                domain = self._public_domain(source, null)
+            elif domain is not None and ref in self.narrow:
+                # WHERE keeps only some of the domain's values (col = 'x', col IN (...)): the others
+                # could only be released as noise. The narrowing is read from the query text.
+                keep, drop = self.narrow[ref]
+                domain = tuple(v for v in domain if (keep is None or v in keep) and v not in drop)
+                if not domain:
+                    raise QueryRejected(f"GROUP BY {info.name}", "WHERE keeps none of its public domain's values")
+            self.keys.append(GroupKey(f"_g{len(self.keys)}", info.name, domain, exp.column(info.name, table=ref[0]),
+                                      info.sql_type, source, null))
+            self.key_refs.append(ref)
+
+    def _group_expression(self, node: exp.Expression) -> None:
+        """GROUP BY an expression (age / 10 * 10, a CASE, a condition): its derived public domain
+        when it is finite and follows from public facts (dpsql.analysis.expressions), else
+        thresholded partition selection, as for a column without a domain."""
+        d = self._expressions("GROUP BY").derive(node)
+        ref = "expr:" + node.sql("postgres")
+        if ref in self.key_refs:
+            return
+        if d.refs & self.rel.unit_class:
+            raise QueryRejected("GROUP BY an expression of the privacy unit", "its groups could hold one person each")
+        if d.kind not in ("num", "text", "bool", "date"):
+            raise QueryRejected("GROUP BY this expression", "group by numbers, texts, dates or conditions")
+        domain = d.domain
+        if domain is not None and d.kind == "num":
+            domain = tuple(int(v) for v in domain) if d.integral else None    # whole numbers print alike everywhere
+        if domain is not None and not domain:
+            domain = None
+        label = node.sql("postgres")
+        self.keys.append(GroupKey(f"_g{len(self.keys)}", label, domain, d.sql, d.sql_type,
+                                  derived=_describe(d)))
+        self.key_refs.append(ref)
+
+    def _public_domain(self, source: tuple[str, str], null: bool) -> tuple:
+        """A public table's column as a key: its values are public, so the key releases each of
+        them, read from the public table itself (never from the protected one), as text."""
+        if self.domains is None:
+            raise QueryRejected("GROUP BY a public table's column", "its values must be read from the engine")
+        values = tuple(v for v in self.domains(*source) if v is not None)
+        return values + ((None,) if null else ())
 
     # -- SELECT
     def _select(self, sel: exp.Select) -> list[Output]:
@@ -639,8 +473,8 @@ class _Analysis:
             noisy = _has_noise(expr)
             if not noisy and expr[0] != "key":
                 raise QueryRejected("a constant in SELECT", "select group columns and aggregates")
-            name = alias or (node.name.lower() if isinstance(node, exp.Column) else _output_name(node, i))
-            outputs.append(Output(name, expr, noisy, node.sql(self.dialect)))
+            name = alias or output_name(node, i)
+            outputs.append(Output(name, expr, noisy, node.sql("postgres")))
             if alias:
                 self.aliases[alias.lower()] = expr
         return outputs
@@ -651,98 +485,106 @@ class _Analysis:
             return self._post(node.this, where)
         if isinstance(node, exp.Alias):
             raise QueryRejected("an alias inside an expression", "alias whole SELECT items only")
-        if isinstance(node, (exp.Count, exp.Sum, exp.Avg)):
+        if isinstance(node, exp.Filter):
+            if not isinstance(node.this, _AGGREGATES):
+                raise refuse_expression(node.this, where)
+            cond = Predicates(self.resolve, self.engine).check(node.expression.this)
+            return self._aggregate(node.this, cond)
+        if isinstance(node, _AGGREGATES):
             return self._aggregate(node)
+        if quantile_measures.is_quantile(node):
+            return quantile_measures.aggregate(self, node)
+        ref = "expr:" + node.sql("postgres")
+        if not isinstance(node, exp.Column) and ref in self.key_refs:
+            return ("key", self.key_refs.index(ref))
         if isinstance(node, exp.Column):
             if not node.table and node.name.lower() in self.aliases and where != "SELECT":
                 return self.aliases[node.name.lower()]
-            name = self.resolve(node, where)
-            if name not in self.key_exprs:
-                raise QueryRejected(f"the bare column {name!r} in {where}",
+            ref, info = self.resolve(node, where)
+            if ref not in self.key_refs:
+                raise QueryRejected(f"the bare column {info.name!r} in {where}",
                                     "only GROUP BY columns and aggregates can be released",
-                                    f"add {name} to GROUP BY or aggregate it")
-            return ("key", self.key_exprs.index(name))
-        if isinstance(node, exp.Literal):
-            if node.is_string:
-                return ("lit", node.this)
-            if not _NUMBER.fullmatch(node.this):
-                raise QueryRejected("a malformed number", "write numbers in plain decimal form")
-            return ("lit", float(node.this))
-        if isinstance(node, exp.Boolean):
-            return ("lit", bool(node.this))
-        if isinstance(node, exp.Null):
-            return ("lit", None)
-        if isinstance(node, exp.Neg):
-            return ("neg", self._numeric(self._post(node.this, where)))
-        if type(node) in _ARITH:
-            return (_ARITH[type(node)], self._numeric(self._post(node.this, where)),
-                    self._numeric(self._post(node.expression, where)))
-        if where != "SELECT":
-            if type(node) in _CMP:
-                return ("cmp", _CMP[type(node)], self._post(node.this, where), self._post(node.expression, where))
-            if isinstance(node, exp.And):
-                return ("and", self._post(node.this, where), self._post(node.expression, where))
-            if isinstance(node, exp.Or):
-                return ("or", self._post(node.this, where), self._post(node.expression, where))
-            if isinstance(node, exp.Not):
-                return ("not", self._post(node.this, where))
-            if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
-                return ("isnull", self._post(node.this, where), bool(node.args.get("negate")))
-            if isinstance(node, exp.Between):
-                v = self._post(node.this, where)
-                return ("and", ("cmp", ">=", v, self._post(node.args["low"], where)),
-                        ("cmp", "<=", v, self._post(node.args["high"], where)))
-        raise _refuse_expression(node, where)
+                                    f"add {info.name} to GROUP BY or aggregate it")
+            return ("key", self.key_refs.index(ref))
+        return _literal_or_op(node, where, lambda n: self._post(n, where))
 
-    @staticmethod
-    def _numeric(expr: Expr) -> Expr:
-        """Arithmetic takes noisy aggregates and numeric literals only."""
-        if expr[0] == "key":
-            raise QueryRejected("arithmetic on a GROUP BY column", "arithmetic applies to aggregates and numbers")
-        if expr[0] == "lit" and (expr[1] is None or isinstance(expr[1], (str, bool))):
-            raise QueryRejected("arithmetic on a non-number", "arithmetic applies to aggregates and numbers")
-        return expr
-
-    def _aggregate(self, node: exp.Expression) -> Expr:
+    def _aggregate(self, node: exp.Expression, cond: exp.Expression | None = None) -> Expr:
+        """An aggregate of a column or a row expression, with its own FILTER condition if any."""
         arg = node.this
-        if isinstance(arg, exp.Distinct):
-            raise QueryRejected(f"{node.sql_name()}(DISTINCT ...)", "distinct counting is not supported yet")
+        fname = node.sql_name()
+        suffix = f" FILTER (WHERE {cond.sql('postgres')})" if cond is not None else ""
+        if isinstance(node, sa.AGGREGATES):
+            return sa.measure(self, node, cond, suffix)
         if node.args.get("expressions") or (isinstance(node, exp.Count) and node.expressions):
-            raise QueryRejected(f"{node.sql_name()} with several arguments", "not part of the accepted subset")
+            raise QueryRejected(f"{fname} with several arguments", "not part of the accepted subset")
+        if isinstance(arg, exp.Distinct):
+            if not isinstance(node, exp.Count) or len(arg.expressions) != 1:
+                raise QueryRejected(f"{fname}(DISTINCT ...)", "only COUNT(DISTINCT <privacy unit>) is supported yet")
+            col = arg.expressions[0]
+            if not isinstance(col, exp.Column) or self.resolve(col, "COUNT")[0] not in self.rel.unit_class:
+                return distinct_counts.aggregate(self, col, cond)     # another column: dpsql.analysis.distinct
+            # each unit adds 1 to each group it has a (passing) row in: a count clamped to 1
+            return ("ref", self._measure("count", None, None, False, f"COUNT(DISTINCT {col.name}){suffix}",
+                                         cond, cap=1).name)
         if isinstance(node, exp.Count):
             if isinstance(arg, exp.Star):
-                return ("ref", self._measure("count", None, False, "COUNT(*)").name)
-            if not isinstance(arg, exp.Column):
-                raise QueryRejected("COUNT of an expression", "count rows, or a declared column")
-            name = self.resolve(arg, "COUNT")
-            return ("ref", self._measure("count", name, False, f"COUNT({name})").name)
-        fname = node.sql_name()
-        if not isinstance(arg, exp.Column):
-            raise QueryRejected(f"{fname} of an expression", f"{fname} takes a declared numeric column")
-        name = self.resolve(arg, fname)
-        col = self.table.column(name)
-        if col is None or not col.bounded:
-            raise QueryRejected(f"{fname}({name})", "the column has no declared bounds, so one person's "
+                return ("ref", self._measure("count", None, None, False, f"COUNT(*){suffix}", cond).name)
+            d = self._input(arg, "COUNT")
+            return ("ref", self._measure("count", d, None, False, f"COUNT({d.label}){suffix}", cond).name)
+        d = self._input(arg, fname)
+        if not d.bounded:
+            raise QueryRejected(f"{fname}({d.label})", "the column has no declared bounds, so one person's "
                                 "influence on the result is unbounded",
                                 "ask the data owner to declare lower and upper bounds")
-        if family(self.column_type(name)) not in _NUMERIC:
-            raise QueryRejected(f"{fname}({name})", "the column is not numeric")
+        if d.kind != "num":
+            raise QueryRejected(f"{fname}({d.label})", "the column is not numeric")
         if isinstance(node, exp.Sum):
-            return ("ref", self._measure("sum", name, False, f"SUM({name})").name)
-        s = self._measure("sum", name, True, f"AVG({name}) numerator")
-        c = self._measure("count", name, False, f"COUNT({name})")
-        return ("avg", s.name, c.name, float(s.lo), float(s.hi))
+            return ("ref", self._measure("sum", d, d, False, f"SUM({d.label}){suffix}", cond).name)
+        s = self._measure("sum", d, d, True, f"{fname.upper()}({d.label}) centered sum{suffix}", cond)
+        c = self._measure("count", d, None, False, f"COUNT({d.label}){suffix}", cond)
+        if isinstance(node, exp.Avg):
+            return ("avg", s.name, c.name, float(s.lo), float(s.hi))
+        q = self._measure("sum", d, d, False, f"{fname.upper()}({d.label}) squared sum{suffix}", cond, squared=True)
+        sample = isinstance(node, (exp.Variance, exp.Stddev, exp.StddevSamp))
+        root = isinstance(node, (exp.Stddev, exp.StddevSamp, exp.StddevPop))
+        return ("var", s.name, q.name, c.name, float(s.lo), float(s.hi), sample, root)
 
-    def _measure(self, kind: str, column: str | None, centered: bool, label: str) -> Measure:
-        key = (kind, column, centered)
+    def _input(self, arg: exp.Expression, what: str) -> _Input:
+        """What an aggregate reads: a declared column (as it is), or a row expression over declared
+        columns, clamped and typed so that it cannot fail on any row (dpsql.analysis.expressions)."""
+        if isinstance(arg, exp.Column):
+            if isinstance(arg.this, exp.Star):
+                raise refuse_expression(exp.Star(), what)
+            ref, info = self.resolve(arg, what)
+            lo = hi = None
+            if info.bounded:
+                lo, hi = info.range()
+            fam = family(info.sql_type)
+            kind = "num" if fam in NUMERIC else fam
+            return _Input(exp.column(ref[1], table=ref[0]), info.name, ("col", ref), kind, info.sql_type, lo, hi,
+                          info.whole_bounds and fam == "int")
+        d = self._expressions(what).derive(arg)
+        if d.refs & self.rel.unit_class and what != "COUNT":
+            raise QueryRejected(f"{what} of an expression of the privacy unit", "the unit is not a value to add up")
+        return _Input(d.sql, arg.sql("postgres"), ("expr", arg.sql("postgres")), d.kind, d.sql_type, d.lo, d.hi,
+                      d.integral and d.lo is not None and d.lo.denominator == 1 and d.hi.denominator == 1,
+                      _describe(d))
+
+    def _measure(self, kind: str, d: _Input | None, bounds: _Input | None, centered: bool, label: str,
+                 cond: exp.Expression | None = None, *, squared: bool = False, cap: int | None = None) -> Measure:
+        key = (kind, d.key if d is not None else None, centered, squared, cap,
+               cond.sql("postgres") if cond is not None else None)
         if key not in self.measures:
             name = f"_v{len(self.measures)}"
+            column = d.label if d is not None else None
             if kind == "sum":
-                col = self.table.column(column)
-                lo, hi, scale = _exact_bounds(col, self.column_type(column))
-                m = Measure(name, kind, column, centered, lo, hi, scale, label)
+                assert bounds is not None and bounds.lo is not None
+                lo, hi, scale = exact_bounds(bounds.lo, bounds.hi, bounds.sql_type, bounds.whole)
+                m = Measure(name, kind, column, centered, lo, hi, scale, label, d.sql, cond, squared,
+                            derived=d.derived)
             else:
-                m = Measure(name, kind, column, label=label)
+                m = Measure(name, kind, column, label=label, input=d.sql if d is not None else None, filter=cond,
+                            cap=cap, derived=d.derived if d is not None else None)
             self.measures[key] = m
         return self.measures[key]
 
@@ -764,53 +606,56 @@ class _Analysis:
                 expr = self._post(item.unalias() if isinstance(item, exp.Alias) else item, "ORDER BY")
             else:
                 expr = self._post(node, "ORDER BY")
-            desc = bool(o.args.get("desc"))
-            nulls_first = o.args.get("nulls_first")
-            out.append((expr, desc, bool(nulls_first) if nulls_first is not None else desc))
+            out.append(_ordering(o, expr))
         return tuple(out)
 
-    def _count_literal(self, node: exp.Expression | None, what: str) -> int | None:
-        if node is None:
-            return None
-        if node.args.get("limit_options") or node.args.get("expressions"):
-            raise QueryRejected(f"{what} with PERCENT, WITH TIES or BY", f"{what} takes a whole number of rows")
-        value = node.args.get("expression") or node.this
-        if not (isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit()):
-            raise QueryRejected(f"{what} with a non-literal", f"{what} takes a whole number")
-        return int(value.this)
+    @staticmethod
+    def _count_literal(node: exp.Expression | None, what: str) -> int | None:
+        return _count_literal(node, what)
+
+    # -- outer wrapper queries
+    def _wraps(self, outputs: list[Output]) -> tuple[Wrap, ...]:
+        names = [o.name.lower() for o in outputs]
+        out = []
+        for w in self.norm.wrappers:
+            out.append(_compile_wrap(w, names))
+            names = [n.lower() for n, _ in w.outputs]
+        return tuple(out)
 
     # -- finish: split the budget, sensitivities, selection
-    def _finish(self, outputs, where, having, order, limit, offset) -> QueryPlan:
-        table, s = self.table, self.settings
-        bounded = table.name not in self.schema.unique_units
-        rows = table.max_rows_per_unit if bounded else 1
+    def _finish(self, outputs, where, having, order, limit, offset, wraps) -> QueryPlan:
+        s, rel = self.settings, self.rel
+        bounded = not rel.unit_unique
+        rows = rel.rows_per_unit if bounded else 1
         public = all(k.domain is not None for k in self.keys)
         domain_size = math.prod(len(k.domain) for k in self.keys) if public else None
         if domain_size is not None and domain_size > MAX_PUBLIC_GROUPS:
             raise QueryRejected("this GROUP BY", f"its public domains give more than {MAX_PUBLIC_GROUPS} groups")
         most = self.policy.limits.max_released_rows
-        if domain_size is not None and domain_size > most and (limit is None or limit > most):
+        final_limit = limit if not wraps else min((w.limit for w in wraps if w.limit is not None), default=limit)
+        if domain_size is not None and domain_size > most and (final_limit is None or final_limit > most):
             raise QueryRejected("this GROUP BY", f"its public domains give {domain_size} groups, more than the "
                                 f"{most} rows one query may release (the policy's max_released_rows)",
                                 f"add LIMIT {most} or fewer, or group by fewer columns")
         if not self.keys or not bounded:
             l0 = 1
         else:
-            l0 = table.max_groups_per_unit
+            l0 = rel.groups_per_unit
             if domain_size is not None:
                 l0 = min(l0, domain_size)
-        group_choice = bounded and bool(self.keys) and (domain_size is None or table.max_groups_per_unit < domain_size)
+        group_choice = bounded and bool(self.keys) and (domain_size is None or rel.groups_per_unit < domain_size)
         measures = tuple(self.measures.values())
-        units_only = bounded and rows == 1 and all(m.kind == "count" and m.column is None for m in measures)
+        quantiles = quantile_measures.plan_quantiles(self)
+        distincts = distinct_counts.plan_distincts(self)
+        units_only = bounded and all(m.kind == "count" and m.input is None and m.filter is None
+                                     and (rows == 1 or m.cap == 1) for m in measures)
         needs_selection = bool(self.keys) and not public
-        parts = len(measures) + (1 if needs_selection else 0)
+        parts = len(measures) + len(quantiles) + len(distincts) + (1 if needs_selection else 0)
         eps_part = s.epsilon / parts
         gaussian = s.mechanism != "laplace"
-        delta_parts = (len(measures) if gaussian else 0) + (1 if needs_selection else 0)
+        delta_parts = (len(measures) + len(distincts) if gaussian else 0) + (1 if needs_selection else 0)
         if delta_parts and s.delta <= 0:
-            raise QueryRejected("this query with delta = 0",
-                                "partition selection and Gaussian noise need a positive delta",
-                                "SET dpsql.delta to a small positive value")
+            raise self._no_delta(needs_selection, gaussian)
         delta_part = s.delta / delta_parts if delta_parts else 0.0
         noise = []
         for m in measures:
@@ -819,64 +664,237 @@ class _Analysis:
                 linf = Fraction(1, 10**6)   # a measure that cannot vary; keep the mechanisms well-defined
             noise.append(NoiseSpec(m.name, s.mechanism, sens.l1(linf, l0), sens.l2(linf, l0), float(linf),
                                    eps_part, delta_part if gaussian else 0.0))
+        noise += [distinct_counts.noise_spec(dc, s.mechanism, rows, l0, eps_part, delta_part) for dc in distincts]
+        noise += [quantile_measures.noise_spec(q, rows, l0, eps_part) for q in quantiles]
         selection = sel_noise = None
         if needs_selection:
             thr = sens.selection_threshold(eps_part, delta_part, l0)
             selection = Selection(eps_part, delta_part, l0, thr)
             sel_noise = NoiseSpec("_units", "laplace", float(l0), math.sqrt(l0), 1.0, eps_part, 0.0)
         cost = Cost(s.epsilon, s.delta if delta_parts else 0.0)
+        table = next(iter(rel.policies))
+        first = next(i for i in rel.instances if i.protected)
+        ids = frozenset(c for t in rel.policies for c in reconstruction.identity_columns(t))
+        subset_where = where
+        for sj in _all_semis(rel):
+            if sj.where is not None:
+                subset_where = sj.where if subset_where is None else exp.And(this=_paren(subset_where),
+                                                                            expression=_paren(sj.where))
+        if subset_where is not None:
+            subset_where = _canonical_names(subset_where, rel)
         return QueryPlan(
-            text=self.tree.sql(self.dialect, comments=False), table=table, table_ref=table.source or table.name,
+            text=self.original.sql("postgres", comments=False), table=table, table_ref=first.ref or table.name,
             bounded=bounded, l0=l0, keys=tuple(self.keys), measures=measures, noise=tuple(noise),
             selection=selection, selection_noise=sel_noise, outputs=tuple(outputs), where=where,
             having=having, order=order, limit=limit, offset=offset, cost=cost, mechanism=s.mechanism,
             group_choice=group_choice, domain_size=domain_size, units_only=units_only,
-            unit_not_null=table.name in self.schema.not_null_units,
-            subset=reconstruction.classify(where, table))
+            unit_not_null=rel.unit_not_null, subset=reconstruction.classify(subset_where, ids),
+            relation=rel, rows_per_unit=rows, wraps=wraps, names=tuple(self.norm.names), quantiles=quantiles,
+            distincts=distincts)
 
 
-def _only_args(node: exp.Expression, allowed: set[str]) -> None:
-    """Refuse a predicate carrying a modifier the rewrite would not reproduce
-    (dropping one silently would change the answer, e.g. NOT LIKE into LIKE)."""
-    extra = [k for k, v in node.args.items() if v not in (None, False, []) and k not in allowed]
-    if extra:
-        raise QueryRejected(f"{type(node).__name__.upper()} with {extra[0].upper()}",
-                            "this form of the predicate is not part of the accepted subset")
+def _canonical_names(where: exp.Expression, rel: Relation) -> exp.Expression:
+    """Columns named by their table, not by the query's aliases, for the reconstruction defence's
+    population: renaming an alias must not start a new subset series (a way round the cap). A
+    query reading one table names columns bare; several tables of one name share a population
+    (the stricter reading)."""
+    tables: dict[str, str] = {}
+    for r in rel.walk():
+        for i in r.instances:
+            tables[i.alias] = i.policy.name if i.policy is not None else (i.ref or i.alias)
+        for sj in r.semi:
+            tables[sj.name] = sj.name
+    single = len(set(tables.values())) == 1
+
+    def rename(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column) and node.table in tables:
+            return exp.column(node.name) if single else exp.column(node.name, table=tables[node.table])
+        return node
+    return where.copy().transform(rename)
 
 
-def _exact_bounds(col: ColumnPolicy, sql_type: str) -> tuple[Fraction, Fraction, int]:
-    """Per-row clamp bounds and the integer scale the engine sums at.
+@dataclass(frozen=True)
+class _Input:
+    """An aggregate's input: SQL, a label for people, an identity for deduplication, its kind, SQL
+    type and range (whole: integer-typed with whole bounds, summed as itself)."""
+    sql: exp.Expression
+    label: str
+    key: tuple
+    kind: str
+    sql_type: str
+    lo: Fraction | None
+    hi: Fraction | None
+    whole: bool
+    derived: str | None = None
 
-    Integer columns with whole bounds sum as themselves (scale 1). Anything else is
-    clamped in its own type, multiplied by scale = 10^s and cast to BIGINT (rounding),
-    then clamped again to the bounds rounded outward to that grid: the cast of a large
-    double need not round exactly, the second clamp makes the bounds hold whatever it
-    does. Those outward bounds are what the sensitivity uses. |bound| * scale stays
-    below 10^17, so the cast cannot overflow.
-    """
-    lo, hi = Fraction(col.lower), Fraction(col.upper)
-    if family(sql_type) == "int" and col.is_integral:
-        return lo, hi, 1
-    digits = len(str(int(max(abs(lo), abs(hi))))) + 1
-    scale = 10 ** max(0, min(6, 17 - digits))
-    lo_out = Fraction(math.floor(lo * scale), scale)
-    hi_out = Fraction(math.ceil(hi * scale), scale)
-    return lo_out, hi_out, scale
+    @property
+    def bounded(self) -> bool:
+        return self.lo is not None and self.hi is not None
 
 
-def _nanosecond(sql_type: str) -> bool:
-    """A timestamp type of nanosecond precision (DuckDB's TIMESTAMP_NS; TIMESTAMP(9) elsewhere)."""
-    t = sql_type.lower().replace(" ", "")
-    return t.startswith("timestamp_ns") or t.startswith("timestamp(9)")
+def _describe(d: Derived) -> str:
+    """A derived expression's facts for EXPLAIN DP."""
+    out = []
+    if d.lo is not None and d.hi is not None:
+        out.append(f"range [{_num(d.lo)}, {_num(d.hi)}]")
+    if d.span is not None:
+        out.append(f"dates [{d.span[0]}, {d.span[1]}]")
+    if d.domain is not None:
+        vals = ", ".join(repr(v) if isinstance(v, (str, bool)) else str(v) if isinstance(v, _dt.date) else _num(v)
+                         for v in list(d.domain)[:6])
+        out.append(f"domain of {len(d.domain)}: {{{vals}{', ...' if len(d.domain) > 6 else ''}}}")
+    return "; ".join(out) or "no bounds"
+
+
+def _num(v) -> str:
+    f = float(v)
+    return str(int(f)) if f.is_integer() else f"{f:g}"
+
+
+def _narrowing(where: exp.Expression, resolve) -> dict:
+    """What the top-level conjuncts of a WHERE say about a column's values: col = lit, lit = col,
+    col IN (...) keep only those; col <> lit and col NOT IN (...) drop them. From the query text."""
+    out: dict = {}
+
+    def lit(v: exp.Expression):
+        if isinstance(v, exp.Literal):
+            return v.this if v.is_string else (int(v.this) if v.this.isdigit() else None)
+        return None
+    for c in _conjuncts(where):
+        neg = isinstance(c, exp.Not)
+        node = c.this if neg else c
+        if isinstance(node, exp.Paren):
+            node = node.this
+        col, vals, keep = None, None, not neg
+        if isinstance(node, (exp.EQ, exp.NEQ)):
+            keep = keep == isinstance(node, exp.EQ)
+            if isinstance(node.this, exp.Column) and lit(node.expression) is not None:
+                col, vals = node.this, [lit(node.expression)]
+            elif isinstance(node.expression, exp.Column) and lit(node.this) is not None:
+                col, vals = node.expression, [lit(node.this)]
+        elif isinstance(node, exp.In) and isinstance(node.this, exp.Column) and not node.args.get("query"):
+            items = [lit(v) for v in node.expressions]
+            if all(i is not None for i in items):
+                col, vals = node.this, items
+        if col is None:
+            continue
+        try:
+            ref = resolve(col, "WHERE")[0]
+        except QueryRejected:
+            continue
+        k, d = out.get(ref, (None, frozenset()))
+        if keep:
+            k = frozenset(vals) if k is None else k & frozenset(vals)
+        else:
+            d = d | frozenset(vals)
+        out[ref] = (k, d)
+    return out
+
+
+def _all_semis(rel: Relation):
+    for r in rel.walk():
+        yield from r.semi
+
+
+def _paren(node: exp.Expression) -> exp.Expression:
+    return exp.Paren(this=node) if isinstance(node, exp.Or) else node
+
+
+def _ordering(o: exp.Ordered, expr: Expr) -> tuple[Expr, bool, bool]:
+    desc = bool(o.args.get("desc"))
+    nulls_first = o.args.get("nulls_first")
+    return (expr, desc, bool(nulls_first) if nulls_first is not None else desc)
+
+
+def _count_literal(node: exp.Expression | None, what: str) -> int | None:
+    if node is None:
+        return None
+    if node.args.get("limit_options") or node.args.get("expressions"):
+        raise QueryRejected(f"{what} with PERCENT, WITH TIES or BY", f"{what} takes a whole number of rows")
+    value = node.args.get("expression") or node.this
+    if not (isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit()):
+        raise QueryRejected(f"{what} with a non-literal", f"{what} takes a whole number")
+    return int(value.this)
+
+
+def _literal_or_op(node: exp.Expression, where: str, sub: Callable[[exp.Expression], Expr]) -> Expr:
+    """Literals, arithmetic and (outside SELECT) comparisons and logic of post-processing."""
+    if isinstance(node, exp.Literal):
+        if node.is_string:
+            return ("lit", node.this)
+        if not NUMBER.fullmatch(node.this):
+            raise QueryRejected("a malformed number", "write numbers in plain decimal form")
+        return ("lit", float(node.this))
+    if isinstance(node, exp.Boolean):
+        return ("lit", bool(node.this))
+    if isinstance(node, exp.Null):
+        return ("lit", None)
+    if isinstance(node, exp.Neg):
+        return ("neg", _numeric(sub(node.this)))
+    if type(node) in _ARITH:
+        return (_ARITH[type(node)], _numeric(sub(node.this)), _numeric(sub(node.expression)))
+    if where != "SELECT":
+        if type(node) in CMP:
+            return ("cmp", CMP[type(node)], sub(node.this), sub(node.expression))
+        if isinstance(node, exp.And):
+            return ("and", sub(node.this), sub(node.expression))
+        if isinstance(node, exp.Or):
+            return ("or", sub(node.this), sub(node.expression))
+        if isinstance(node, exp.Not):
+            return ("not", sub(node.this))
+        if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
+            return ("isnull", sub(node.this), bool(node.args.get("negate")))
+        if isinstance(node, exp.Between):
+            v = sub(node.this)
+            return ("and", ("cmp", ">=", v, sub(node.args["low"])), ("cmp", "<=", v, sub(node.args["high"])))
+    raise refuse_expression(node, where)
+
+
+def _numeric(expr: Expr) -> Expr:
+    """Arithmetic takes noisy aggregates and numeric literals only."""
+    if expr[0] == "key":
+        raise QueryRejected("arithmetic on a GROUP BY column", "arithmetic applies to aggregates and numbers")
+    if expr[0] == "lit" and (expr[1] is None or isinstance(expr[1], (str, bool))):
+        raise QueryRejected("arithmetic on a non-number", "arithmetic applies to aggregates and numbers")
+    return expr
+
+
+def _compile_wrap(w: Wrapper, names: list[str]) -> Wrap:
+    """An outer query's items, filter and order as expressions over the inner rows' columns
+    (("key", i): the inner output at position i): post-processing of released values only. Its
+    ORDER BY may also name its own outputs (by alias or position), as PostgreSQL's does."""
+    def sub(where: str):
+        def compile_(node: exp.Expression) -> Expr:
+            if isinstance(node, exp.Paren):
+                return compile_(node.this)
+            if isinstance(node, exp.Column):
+                name = node.name.lower()
+                if name not in names:
+                    if where == "ORDER BY" and name in own:
+                        return outputs[own.index(name)][1]
+                    raise QueryRejected(f"the column {node.name!r} of the outer query",
+                                        "it is not an output of the query it wraps")
+                return ("key", names.index(name))
+            if where == "ORDER BY" and isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit():
+                pos = int(node.this)
+                if not 1 <= pos <= len(outputs):
+                    raise QueryRejected("ORDER BY position", "it does not name an output of the outer query")
+                return outputs[pos - 1][1]
+            if isinstance(node, exp.AggFunc):
+                raise QueryRejected("an aggregate in an outer query", "an outer query can only select, filter, "
+                                    "order and limit the inner query's rows")
+            if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg)):
+                raise QueryRejected("arithmetic in an outer query", "do the arithmetic in the inner query")
+            return _literal_or_op(node, where, compile_)
+        return compile_
+    outputs = tuple((name, sub("SELECT")(e)) for name, e in w.outputs)
+    own = [name.lower() for name, _ in outputs]
+    where = sub("WHERE")(w.where) if w.where is not None else None
+    order = tuple(_ordering(o, sub("ORDER BY")(o.this)) for o in w.order)
+    return Wrap(outputs, where, order, _count_literal(w.limit, "LIMIT"), _count_literal(w.offset, "OFFSET") or 0)
 
 
 def _has_noise(expr: Expr) -> bool:
-    if expr[0] in ("ref", "avg"):
+    if expr[0] in ("ref", "avg", "var"):
         return True
     return any(isinstance(a, tuple) and _has_noise(a) for a in expr[1:])
-
-
-def _output_name(node: exp.Expression, i: int) -> str:
-    if isinstance(node, (exp.Count, exp.Sum, exp.Avg)):
-        return node.sql_name().lower()
-    return f"col{i + 1}"

@@ -53,8 +53,15 @@ from sqlglot import exp
 
 from dpsql.policy import TablePolicy
 
-__all__ = ["SubsetPattern", "classify", "identity_columns", "auto_cap", "population_key", "CAP_CEILING",
-           "CAP_FLOOR"]
+__all__ = [
+    "CAP_CEILING",
+    "CAP_FLOOR",
+    "SubsetPattern",
+    "auto_cap",
+    "classify",
+    "identity_columns",
+    "population_key",
+]
 
 _POINT = frozenset({"equality", "in_list", "or_chain"})
 _RANGE_CMP = (exp.LT, exp.LTE, exp.GT, exp.GTE)
@@ -86,16 +93,20 @@ class SubsetPattern:
 
 
 def identity_columns(table: TablePolicy) -> frozenset[str]:
-    """The privacy unit plus every column declared ``identifier = true``."""
-    return frozenset({table.privacy_unit.lower()}
+    """The privacy unit (or the link column that stands for it) plus every column declared
+    ``identifier = true``."""
+    unit = table.privacy_unit if table.privacy_unit is not None else (table.link.column if table.link else None)
+    return frozenset(({unit.lower()} if unit else set())
                      | {c.name.lower() for c in table.columns.values() if c.identifier})
 
 
-def classify(where: exp.Expression | None, table: TablePolicy) -> SubsetPattern:
-    """Classify a validated WHERE tree (``plan.where``) against the table's identity columns."""
+def classify(where: exp.Expression | None, ids: frozenset[str] | TablePolicy) -> SubsetPattern:
+    """Classify a validated WHERE tree (``plan.where``) against identity columns (by name: the
+    units and identifier columns of every protected table the query reads)."""
     if where is None:
         return SubsetPattern(False, (), (), None, "")
-    ids = identity_columns(table)
+    if isinstance(ids, TablePolicy):
+        ids = identity_columns(ids)
     tree = _nnf(where, False)
     conjuncts = tree[1] if tree[0] == "and" else [tree]
     population = " AND ".join(sorted({_render(c, top=True) for c in conjuncts if not _mentions(c, ids)}))

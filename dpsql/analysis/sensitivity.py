@@ -9,7 +9,7 @@ the vector of per-group measures by at most
     L1 = L0 * Linf      L2 = sqrt(L0) * Linf
 
 (each of at most L0 coordinates moves by at most Linf). The per-group bounds,
-enforced by dpsql.rewrite.contribution and dpsql.rewrite.clip:
+enforced by dpsql.rewrite (per_unit, group_choice, totals) and dpsql.rewrite.clip:
 
 * count: each unit's per-group count is clamped to m = max_rows_per_unit, so
   Linf = m.
@@ -17,6 +17,12 @@ enforced by dpsql.rewrite.contribution and dpsql.rewrite.clip:
   [m*lo, m*hi], so Linf = m * max(|lo|, |hi|).
 * centered sum (AVG): rows become x - mid with mid = (lo+hi)/2, in [-h, h] with
   h = (hi-lo)/2, unit sums clamped to [-m*h, m*h], so Linf = m * h.
+* squared sum (VARIANCE): rows become (x - mid)^2 in [0, h^2], unit sums clamped to
+  [0, m*h^2], so Linf = m * h^2.
+* sample-and-aggregate: the mean of k block values each clamped to [lo, hi], one unit in one
+  block, so Linf = (hi - lo) / k (dpsql.analysis.sample_aggregate).
+* a count with its own clamp (COUNT(DISTINCT unit): each unit counts once per group): Linf =
+  that clamp.
 
 When the engine guarantees that the unit is unique (PRIMARY KEY / UNIQUE), each unit
 has exactly one row: L0 = 1 and m = 1, with no pre-aggregation needed.
@@ -34,8 +40,12 @@ from dpsql.analysis.plan import Measure
 def per_group_bound(measure: Measure, rows_per_unit: int) -> Fraction:
     """Linf: the most one unit can move one group's measure."""
     m = rows_per_unit
+    if measure.sample is not None:      # one unit moves one block of k: dpsql.analysis.sample_aggregate
+        return (measure.hi - measure.lo) / measure.sample.blocks
     if measure.kind == "count":
-        return Fraction(m)
+        return Fraction(measure.cap if measure.cap is not None else m)
+    if measure.squared:
+        return m * (measure.hi - measure.lo) ** 2 / 4
     if measure.centered:
         return m * (measure.hi - measure.lo) / 2
     return m * max(abs(measure.lo), abs(measure.hi))

@@ -7,8 +7,9 @@ the engine list of tests/conftest.py.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,11 +19,56 @@ class Rows:
     rows: list[tuple[Any, ...]]
 
 
+@dataclass(frozen=True, slots=True)
+class TableFacts:
+    """What the engine says about one relation, as a guarantee may rely on it.
+
+    kind: "table" (a base table) or "view" (anything that may read other tables: a view,
+    materialized view, foreign table). columns: (name, type) in order; unique: columns the
+    engine alone guarantees unique (single-column PRIMARY KEY/UNIQUE); not_null: columns it
+    guarantees are never NULL. A field that is None in an expectation is not checked."""
+    kind: str = "table"
+    columns: tuple[tuple[str, str], ...] | None = None
+    unique: frozenset[str] | None = None
+    not_null: frozenset[str] | None = None
+
+    def satisfies(self, expected: TableFacts) -> bool:
+        return (self.kind == expected.kind
+                and (expected.columns is None or self.columns == expected.columns)
+                and (expected.unique is None or self.unique == expected.unique)
+                and (expected.not_null is None or self.not_null == expected.not_null))
+
+
+Expect = Mapping[str, TableFacts]      # table reference -> the facts a query relies on
+
+
+def check_facts(actual: Mapping[str, TableFacts], expect: Expect) -> None:
+    """Raise SchemaChanged unless every expected relation exists with the expected facts."""
+    from dpsql.errors import SchemaChanged
+    for table, want in expect.items():
+        got = actual.get(table)
+        if got is None or not got.satisfies(want):
+            raise SchemaChanged(f"the schema of {table!r} changed since dpsql read it (a column's type, a key, "
+                                "NOT NULL or the relation itself); nothing ran and nothing was charged",
+                                "run the query again: dpsql re-reads the schema")
+
+
 class Engine(Protocol):
     dialect: str       # sqlglot dialect name
+    facts_fixed: bool  # True when nobody can change the schema while the engine is open
 
-    def run(self, sql: str, params: Mapping[str, object] | None = None) -> Rows:
-        """Run one SELECT; return all rows."""
+    def run(self, sql: str, params: Mapping[str, object] | None = None, *, expect: Expect | None = None,
+            before: Callable[[], None] | None = None) -> Rows:
+        """Run one SELECT; return all rows.
+
+        expect: schema facts the query relies on. They are checked in the same transaction and
+        snapshot as the query (with the relations locked against DDL where the engine can), and
+        if one does not hold, SchemaChanged is raised and nothing runs. before: called after the
+        check and before the query, inside the transaction (the Session charges the budget
+        there); if it raises, nothing runs and the error propagates."""
+
+    def facts(self, tables: list[str]) -> dict[str, TableFacts]:
+        """The facts of each named relation that exists (a missing one is left out)."""
 
     def table_columns(self, table: str) -> dict[str, str]:
         """Column name (lower-case) -> type name; KeyError if there is no such table."""
@@ -42,7 +88,7 @@ class Engine(Protocol):
     def interrupt(self) -> None:
         """Cancel the running query, if any (from another thread)."""
 
-    def clone(self) -> "Engine":
+    def clone(self) -> Engine:
         """A new engine on the same database with its own connection and the same locked-down
         settings: clones run queries concurrently, and interrupt() on one cancels only its
         own query. The clone is closed on its own (closing it never closes the original)."""
@@ -50,10 +96,28 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
 
-def open_engine(target: Any, **options: Any) -> Engine:
+def path_sources(policy: Any) -> dict[str, str]:
+    """A policy's protected-table sources that name files (a `/` in them, or ending in .parquet),
+    each mapped to the file or glob to read: as written when absolute or not a local path,
+    else relative to the policy file's directory (the ledger's rule)."""
+    import os
+    out = {}
+    base = os.path.dirname(os.path.abspath(policy.source)) if policy.source != "<dict>" else os.getcwd()
+    for t in policy.tables.values():
+        s = t.source
+        if s and ("/" in s or "\\" in s or s.lower().endswith(".parquet")):
+            local = "://" not in s and not os.path.isabs(os.path.expanduser(s))
+            out[s] = os.path.join(base, s) if local else os.path.expanduser(s)
+    return out
+
+
+def open_engine(target: Any, *, sources: Mapping[str, str] | None = None, **options: Any) -> Engine:
     """An engine for a target:
 
     - DuckDB: a file path, ':memory:', 'duckdb:///path', or a duckdb connection object;
+    - a CSV or Parquet file (`people.csv`, `data/visits.parquet`, a glob such as
+      `data/*.parquet`): an in-memory DuckDB database holding one table, named by the file's
+      stem, read from the file when the engine opens;
     - PostgreSQL: 'postgresql://user@host:port/db' (or 'postgres://...'; any libpq
       URL or conninfo parameters), or a psycopg 3 Connection (used as it is, not closed);
     - Spark: 'spark://local[*]' (local mode), 'spark://host:port' (a standalone master),
@@ -61,7 +125,9 @@ def open_engine(target: Any, **options: Any) -> Engine:
 
     Engine modules are imported lazily, by scheme. `options` go to the engine class
     (DuckDB: threads, memory_limit; PostgreSQL: schema, statement_timeout, connect_timeout;
-    Spark: conf, shuffle_partitions, executor_memory, executor_cores).
+    Spark: conf, shuffle_partitions, executor_memory, executor_cores). `sources` (from
+    path_sources) are the policy's file sources, loaded by DuckDB when it opens; Spark reads
+    them itself when first asked, other engines ignore them.
     """
     from dpsql.errors import InterfaceError
     if isinstance(target, str):
@@ -74,13 +140,14 @@ def open_engine(target: Any, **options: Any) -> Engine:
             return SparkEngine(target, **options)
         if scheme not in ("", "duckdb"):
             raise InterfaceError(f"unknown target scheme {scheme!r}: use a DuckDB file path, "
-                                 "':memory:', duckdb:///path, postgresql://... or spark://...")
+                                 "':memory:', duckdb:///path, a .csv or .parquet file, postgresql://... "
+                                 "or spark://...")
         path = target
         if scheme == "duckdb":   # SQLAlchemy style: duckdb:///rel.db, duckdb:////abs.db, duckdb:///:memory:
             path = target.split("://", 1)[1]
-            path = path[1:] if path.startswith("/") else path
+            path = path.removeprefix("/")
         from dpsql.engines.duckdb import DuckDBEngine
-        return DuckDBEngine(path or ":memory:", **options)
+        return DuckDBEngine(path or ":memory:", sources=sources, **options)
     if type(target).__name__ == "DuckDBPyConnection":
         from dpsql.engines.duckdb import DuckDBEngine
         return DuckDBEngine(target, **options)

@@ -4,18 +4,39 @@ A database file dpsql opens itself is opened read-only, with external access
 (file readers, ATTACH of files, extension downloads) disabled and the configuration
 locked, so no statement can widen what the engine reads. A connection object passed
 in by its owner is used as it is.
+
+Files as tables: a CSV or Parquet target (`people.csv`, `data/visits.parquet`, a glob) opens an
+in-memory database holding one table named by the file's stem, and a policy `source` that names
+files (it has a `/` or ends in .parquet, as on Spark) is loaded into a table of that name in an
+in-memory catalog `dpsql_files` attached beside the database. Both are read once, when the engine
+opens (read_csv_auto / read_parquet), and only then is external access disabled and the
+configuration locked: later statements can read no file. A loaded file is a snapshot: changes to
+it are seen on the next connect. A table made from a file has no PRIMARY KEY, UNIQUE or NOT NULL,
+so no query may assume its privacy unit unique or non-NULL (every query pre-aggregates per unit
+and filters NULL units), whatever the file holds.
+
+Schema facts a query relies on (TableFacts): a file dpsql opened read-only cannot change
+while it is open (DuckDB's file lock admits no writer beside a reader, and this process
+cannot open it again read-write), nor can an in-memory database nobody else holds, so they
+need no check (facts_fixed); nor can the in-memory tables loaded from files, which nobody
+else holds. On a connection passed in by its owner, who may change the
+schema from another cursor, run() checks them inside the query's own transaction: DuckDB's
+catalog is versioned like its rows, so the facts read there are the ones the query sees.
 """
 from __future__ import annotations
 
+import glob
 import logging
 import os
+import re
 import threading
-from typing import Any, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import duckdb
 
-from dpsql.engines.base import Rows
-from dpsql.errors import EngineError, InterfaceError
+from dpsql.engines.base import Expect, Rows, TableFacts, check_facts
+from dpsql.errors import EngineError, InterfaceError, QueryCanceled
 
 log = logging.getLogger("dpsql.engine")
 
@@ -27,40 +48,140 @@ LOCKED_CONFIG = {
 }
 
 
+FILES_CATALOG = "dpsql_files"      # the attached in-memory catalog holding the policy's path sources
+FILE_SUFFIXES = (".csv", ".tsv", ".csv.gz", ".tsv.gz", ".parquet")
+
+
+def is_file_target(target: str) -> bool:
+    """A target that names a CSV or Parquet file (or a glob of them), not a DuckDB database."""
+    return target.lower().endswith(FILE_SUFFIXES)
+
+
+def is_path(source: str) -> bool:
+    """A policy source that names files (the test of dpsql.rewrite.relation.is_path)."""
+    return "/" in source or "\\" in source or source.lower().endswith(".parquet")
+
+
+def file_table_name(path: str) -> str:
+    """The table a file target becomes: the file's stem, lower-case, with every character other
+    than a letter, digit or _ replaced by _ (`my-data.csv` -> my_data); for a glob whose file
+    name has wildcards, the directory's name (`data/visits/*.parquet` -> visits)."""
+    name = os.path.basename(path)
+    if glob.has_magic(name):
+        name = os.path.basename(os.path.dirname(os.path.abspath(path))) or "data"
+    for suffix in (".gz", ".csv", ".tsv", ".parquet"):
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
+    name = re.sub(r"\W", "_", name.lower(), flags=re.ASCII) or "data"
+    return "_" + name if name[0].isdigit() else name
+
+
+def _reader(path: str) -> str:
+    return "read_parquet(?)" if path.lower().endswith(".parquet") else "read_csv_auto(?)"
+
+
+def _exists(path: str) -> bool:
+    return bool(glob.glob(path)) if glob.has_magic(path) else os.path.exists(path)
+
+
+def file_columns(path: str) -> list[tuple[str, str]]:
+    """A CSV or Parquet file's column names and DuckDB types (DuckDB infers CSV types from a
+    sample of the rows; only the names and types are returned, never a value)."""
+    if not _exists(path):
+        raise InterfaceError(f"no such file: {path!r}")
+    con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
+                                             "autoload_known_extensions": False})
+    try:
+        return [(r[0], r[1]) for r in con.execute(f"DESCRIBE SELECT * FROM {_reader(path)}", [path]).fetchall()]
+    except duckdb.Error as err:
+        log.warning("duckdb could not read %s: %s", path, err)
+        raise InterfaceError(f"cannot read {path!r} as {'Parquet' if path.lower().endswith('.parquet') else 'CSV'} "
+                             "(details are in the log)") from None
+    finally:
+        con.close()
+
+
 class DuckDBEngine:
     dialect = "duckdb"
 
     def __init__(self, target: str | duckdb.DuckDBPyConnection, *, threads: int | None = None,
-                 memory_limit: str | None = None):
+                 memory_limit: str | None = None, sources: Mapping[str, str] | None = None):
+        """target: a database file, ':memory:', a CSV/Parquet file (or glob), or a connection.
+        sources: policy source (a path as written) -> the file or glob to read it from."""
         self._lock = threading.Lock()
         if isinstance(target, str):
+            files = {file_table_name(target): target} if is_file_target(target) else {}
+            sources = {k: v for k, v in (sources or {}).items() if is_path(k)}
             config: dict[str, Any] = dict(LOCKED_CONFIG)
+            if files or sources:    # read the files first, then lock
+                del config["enable_external_access"], config["lock_configuration"]
             if threads:
                 config["threads"] = threads
             if memory_limit:
                 config["memory_limit"] = memory_limit
-            if target != ":memory:" and not os.path.exists(target):
+            database = ":memory:" if files else target
+            if files and not _exists(target):
+                raise InterfaceError(f"no such file: {target!r}")
+            if database != ":memory:" and not os.path.exists(database):
                 raise InterfaceError(f"no DuckDB database at {target!r}")
             try:
-                self._con = duckdb.connect(target, read_only=target != ":memory:", config=config)
+                self._con = duckdb.connect(database, read_only=database != ":memory:", config=config)
             except duckdb.Error as err:
                 raise InterfaceError(f"cannot open DuckDB database {target!r}: {err}") from None
+            try:
+                if files or sources:
+                    self._load(files, sources)
+            except BaseException:
+                self._con.close()
+                raise
             self._owned = True
             self.name = target
+            self.facts_fixed = True
         else:
             self._con = target
             self._owned = False
             self.name = "<connection>"
+            self.facts_fixed = False
+
+    def _load(self, files: Mapping[str, str], sources: Mapping[str, str]) -> None:
+        """Read each file into its table, then disable external access and lock the configuration."""
+        if sources:
+            self._con.execute(f"ATTACH ':memory:' AS {FILES_CATALOG} (READ_WRITE)")
+        todo = [(_quote(name), path) for name, path in files.items()]
+        todo += [(f"{FILES_CATALOG}.main.{_quote(ref)}", path) for ref, path in sources.items()]
+        for table, path in todo:
+            if not _exists(path):
+                raise InterfaceError(f"no such file: {path!r}")
+            try:
+                self._con.execute(f"CREATE TABLE {table} AS SELECT * FROM {_reader(path)}", [path])
+            except duckdb.Error as err:
+                log.warning("duckdb could not read %s: %s", path, err)
+                kind = "Parquet" if path.lower().endswith(".parquet") else "CSV"
+                raise InterfaceError(f"cannot read {path!r} as {kind} (details are in the log)") from None
+        for key, value in (("enable_external_access", "false"), ("lock_configuration", "true")):
+            self._con.execute(f"SET {key} = {value}")
 
     # -- queries
-    def run(self, sql: str, params: Mapping[str, object] | None = None) -> Rows:
+    def run(self, sql: str, params: Mapping[str, object] | None = None, *, expect: Expect | None = None,
+            before: Callable[[], None] | None = None) -> Rows:
+        check = bool(expect) and not self.facts_fixed
         with self._lock:
             try:
-                cur = self._con.execute(sql, dict(params) if params else None)
-                rows = cur.fetchall()
-                desc = cur.description or []
+                if check:
+                    self._con.execute("BEGIN TRANSACTION")
+                try:
+                    if check:
+                        check_facts(self._facts(list(expect)), expect)
+                    if before is not None:
+                        before()
+                    cur = self._con.execute(sql, dict(params) if params else None)
+                    rows = cur.fetchall()
+                    desc = cur.description or []
+                finally:
+                    if check:
+                        self._con.execute("ROLLBACK")
             except duckdb.InterruptException:
-                raise EngineError("the query was cancelled") from None
+                raise QueryCanceled("canceling statement due to user request: the query was cancelled") from None
             except duckdb.Error as err:
                 log.warning("duckdb failed: %s", err)
                 raise EngineError("the engine could not run the query (details are in the server log)") from None
@@ -69,7 +190,7 @@ class DuckDBEngine:
     def interrupt(self) -> None:
         self._con.interrupt()
 
-    def clone(self) -> "DuckDBEngine":
+    def clone(self) -> DuckDBEngine:
         """A new engine with its own connection to the same database (DuckDB's cursor():
         same database instance, same locked configuration). Closing it leaves this one open."""
         with self._lock:
@@ -77,6 +198,7 @@ class DuckDBEngine:
         other = DuckDBEngine(con)
         other._owned = True
         other.name = self.name
+        other.facts_fixed = self.facts_fixed
         return other
 
     # -- catalog
@@ -87,28 +209,57 @@ class DuckDBEngine:
     def table_columns(self, table: str) -> dict[str, str]:
         schema, name = _split(table)
         rows = self._catalog(
-            "SELECT column_name, data_type FROM duckdb_columns() WHERE lower(table_name) = ? "
-            "AND lower(schema_name) = ? AND NOT internal ORDER BY column_index", [name, schema])
+            f"SELECT column_name, data_type FROM duckdb_columns() WHERE lower(table_name) = ? "
+            f"AND {_key()} = ? AND NOT internal ORDER BY column_index", [name, f"{schema}.{name}"])
         if not rows:
             raise KeyError(table)
         return {c.lower(): t for c, t in rows}
 
     def unique_columns(self, table: str) -> set[str]:
-        schema, name = _split(table)
-        rows = self._catalog(
-            "SELECT constraint_column_names FROM duckdb_constraints() WHERE lower(table_name) = ? "
-            "AND lower(schema_name) = ? AND constraint_type IN ('PRIMARY KEY', 'UNIQUE')", [name, schema])
-        return {cols[0].lower() for (cols,) in rows if len(cols) == 1}
+        f = self.facts([table]).get(table)
+        return set(f.unique) if f is not None else set()
 
     def not_null_columns(self, table: str) -> set[str]:
-        schema, name = _split(table)
-        rows = self._catalog(
-            "SELECT column_name FROM duckdb_columns() WHERE lower(table_name) = ? "
-            "AND lower(schema_name) = ? AND NOT is_nullable", [name, schema])
-        return {r[0].lower() for r in rows}
+        f = self.facts([table]).get(table)
+        return set(f.not_null) if f is not None else set()
+
+    def facts(self, tables: list[str]) -> dict[str, TableFacts]:
+        with self._lock:
+            return self._facts(tables)
+
+    def _facts(self, tables: list[str]) -> dict[str, TableFacts]:
+        """One catalog query for every named relation (the caller holds the lock)."""
+        wanted: dict[tuple[str, str], list[str]] = {}
+        for t in tables:
+            wanted.setdefault(_split(t), []).append(t)
+        keys = [f"{s}.{n}" for s, n in wanted]
+        cols = self._con.execute(
+            "SELECT lower(c.schema_name), lower(c.table_name), lower(c.column_name), c.data_type, c.is_nullable, "
+            "t.table_oid IS NOT NULL, c.database_name FROM duckdb_columns() c "
+            "LEFT JOIN duckdb_tables() t ON t.table_oid = c.table_oid "
+            f"WHERE NOT c.internal AND list_contains(?, {_key('c.')}) "
+            "ORDER BY c.table_oid, c.column_index", [keys]).fetchall()
+        uniq = self._con.execute(
+            "SELECT lower(schema_name), lower(table_name), constraint_column_names FROM duckdb_constraints() "
+            "WHERE constraint_type IN ('PRIMARY KEY', 'UNIQUE') AND len(constraint_column_names) = 1 "
+            f"AND list_contains(?, {_key()})", [keys]).fetchall()
+        parts: dict[tuple[str, str], tuple[str, list, set]] = {}
+        for schema, name, col, typ, nullable, base, database in cols:
+            if database == FILES_CATALOG:
+                schema = FILES_CATALOG
+            kind, columns, not_null = parts.setdefault((schema, name), ("table" if base else "view", [], set()))
+            columns.append((col, typ))
+            if not nullable:
+                not_null.add(col)
+        unique: dict[tuple[str, str], set[str]] = {}
+        for schema, name, names in uniq:      # (no constraints in the files catalog)
+            unique.setdefault((schema, name), set()).add(names[0].lower())
+        return {name: TableFacts(kind, tuple(columns), frozenset(unique.get(k, ())), frozenset(not_null))
+                for k, (kind, columns, not_null) in parts.items() for name in wanted.get(k, ())}
 
     def base_tables(self) -> set[str]:
-        rows = self._catalog("SELECT table_name FROM duckdb_tables() WHERE NOT internal AND NOT temporary", [])
+        rows = self._catalog("SELECT table_name FROM duckdb_tables() WHERE NOT internal AND NOT temporary "
+                             f"AND database_name <> '{FILES_CATALOG}'", [])
         return {r[0].lower() for r in rows}
 
     def views(self) -> set[str]:
@@ -120,6 +271,18 @@ class DuckDBEngine:
             self._con.close()
 
 
+def _key(p: str = "") -> str:
+    """A relation's key in SQL: schema.name, or dpsql_files.name for a loaded path source."""
+    return (f"CASE WHEN {p}database_name = '{FILES_CATALOG}' THEN '{FILES_CATALOG}' ELSE lower({p}schema_name) END "
+            f"|| '.' || lower({p}table_name)")
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
 def _split(table: str) -> tuple[str, str]:
+    if is_path(table):
+        return FILES_CATALOG, table.lower()
     parts = table.lower().split(".")
     return (parts[-2], parts[-1]) if len(parts) > 1 else ("main", parts[-1])

@@ -14,6 +14,13 @@ SELECT the tables the policy describes: READ ONLY does not stop a superuser's
 server-side functions (the analysis lets no such function through, but the role is
 the boundary that does not depend on it).
 
+Schema facts a query relies on (the unit's PRIMARY KEY, column types, NOT NULL, a relation
+being a base table) are read in the query's own transaction after `LOCK TABLE ... IN ACCESS
+SHARE MODE` on every relation it names: any DDL that could change them (ALTER TABLE, DROP,
+CREATE OR REPLACE VIEW) needs a stronger lock, so it waits for the transaction to end, and a
+change committed before the lock was granted is seen by the catalog read that follows it. The
+facts checked are therefore the facts the query runs under.
+
 The bounding salt reaches the engine as a named parameter (`%(salt)s` in the SQL
 text sqlglot generates for PostgreSQL); every other `%` (LIKE patterns, modulo) is
 escaped before psycopg sees the text, and a placeholder inside a string literal,
@@ -24,24 +31,38 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from typing import Any, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import psycopg
 from psycopg import sql as pgsql
 from psycopg.pq import TransactionStatus
 
-from dpsql.engines.base import Rows
-from dpsql.errors import EngineError, InterfaceError
+from dpsql.engines.base import Expect, Rows, TableFacts, check_facts
+from dpsql.errors import EngineError, InterfaceError, QueryCanceled
 
 log = logging.getLogger("dpsql.engine")
 
 _GENERIC = "the engine could not run the query (details are in the server log)"
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
-_SELECT = re.compile(r"\s*(\(|SELECT\b|WITH\b|VALUES\b|TABLE\b|SHOW\b)", re.I)
+_SELECT = re.compile(r"\s*(\(|SELECT\b|WITH\b|VALUES\b|TABLE\b|SHOW\b)", re.IGNORECASE)
+
+
+_FACTS = """SELECT n.nspname, c.relname, c.relkind, a.attname, format_type(a.atttypid, a.atttypmod),
+  a.attnotnull AND c.relkind IN ('r', 'p'),
+  EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conrelid = c.oid AND k.contype IN ('p', 'u')
+          AND k.conkey = ARRAY[a.attnum]::int2[])
+  AND (c.relkind = 'p' OR NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhparent = c.oid))
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+WHERE (n.nspname, c.relname) IN (SELECT * FROM unnest({schemas}::text[], {names}::text[]))
+  AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+ORDER BY c.oid, a.attnum"""
 
 
 class PostgresEngine:
     dialect = "postgres"
+    facts_fixed = False       # other sessions may run DDL: facts are checked in each query's transaction
 
     def __init__(self, target: str | psycopg.Connection, *, schema: str = "public",
                  statement_timeout: float | None = None, connect_timeout: float = 10,
@@ -101,24 +122,38 @@ class PostgresEngine:
                         "tables the policy describes")
         return con
 
-    def clone(self) -> "PostgresEngine":
+    def clone(self) -> PostgresEngine:
         """A new engine on the same database with its own connection (owned by the clone),
         so queries run concurrently and interrupt() cancels only the clone's query."""
         return PostgresEngine(self._conninfo, **self._options)
 
     # -- queries
-    def run(self, sql: str, params: Mapping[str, object] | None = None) -> Rows:
+    def run(self, sql: str, params: Mapping[str, object] | None = None, *, expect: Expect | None = None,
+            before: Callable[[], None] | None = None) -> Rows:
         text = _bind(sql, params) if params else sql
+        if not _SELECT.match(text):
+            raise EngineError("the engine runs SELECT queries only")
         with self._lock:
             self._cancelling = False
             try:
-                cur = self._execute(text, dict(params) if params else None)
+                facts = self._begin(list(expect) if expect else [])
+                if expect:
+                    check_facts(facts, expect)
+                if before is not None:
+                    before()
+                cur = self._con.cursor(binary=True)
+                cur.execute(text, dict(params) if params else None, prepare=False)
                 desc = cur.description or []
                 rows = cur.fetchall() if cur.description else []
             except psycopg.errors.QueryCanceled:
                 if self._cancelling:
-                    raise EngineError("the query was cancelled") from None
-                raise EngineError("the query ran longer than the engine's statement timeout") from None
+                    raise QueryCanceled("canceling statement due to user request: the query was cancelled") from None
+                raise QueryCanceled("canceling statement due to statement timeout: the query ran longer than "
+                                    "the engine's statement timeout") from None
+            except psycopg.errors.UndefinedTable:
+                if expect:          # LOCK TABLE found a relation gone: a schema change, not a data fact
+                    check_facts({}, expect)
+                raise EngineError(_GENERIC) from None
             except psycopg.Error as err:
                 log.warning("postgres failed: %s", err)
                 raise EngineError(_GENERIC) from None
@@ -127,29 +162,51 @@ class PostgresEngine:
         types = tuple(self._type_name(d.type_code) for d in desc)
         return Rows(tuple(d.name for d in desc), types, rows)
 
-    def _execute(self, text: str, params: dict | list | None) -> psycopg.Cursor:
-        """BEGIN READ ONLY; the transaction's own search_path (and timeout); the query.
+    def _begin(self, lock: list[str]) -> dict[str, TableFacts]:
+        """BEGIN READ ONLY; [LOCK TABLE the relations IN ACCESS SHARE MODE;] the transaction's own
+        search_path, timeout, work_mem and jit; [their facts]: one round trip (the simple protocol,
+        every value a quoted literal of dpsql's own). Returns the facts of the locked relations.
 
-        The caller rolls back. The set_config SELECT takes the transaction's snapshot, so
-        nothing after it can switch the transaction to READ WRITE. A binary cursor always
-        uses the extended protocol, which runs exactly one statement: no `; COMMIT; ...`.
-        """
-        if not _SELECT.match(text):
-            raise EngineError("the engine runs SELECT queries only")
+        The caller rolls back (_end). The set_config SELECT takes the transaction's snapshot, so
+        nothing after it can switch the transaction to READ WRITE; the query itself then goes
+        through a binary cursor, i.e. the extended protocol, which runs exactly one statement."""
         con = self._con
         if con.info.transaction_status != TransactionStatus.IDLE:
             raise EngineError("the PostgreSQL connection is busy or inside a transaction")
         self._autocommit = con.autocommit
         con.autocommit = True       # so that psycopg opens no transaction of its own
-        con.execute("BEGIN TRANSACTION READ ONLY")
         path = pgsql.Identifier(self._schema).as_string(con) + ", pg_temp"
         timeout = "" if self._timeout_ms is None else f"{self._timeout_ms}ms"
-        con.execute("SELECT set_config('search_path', %s, true), "
-                    "CASE WHEN %s <> '' THEN set_config('statement_timeout', %s, true) END, "
-                    "CASE WHEN %s <> '' THEN set_config('work_mem', %s, true) END, "
-                    "set_config('jit', %s, true)",
-                    [path, timeout, timeout, self._work_mem, self._work_mem, self._jit])
-        cur = con.cursor(binary=True)
+        settings = [pgsql.SQL("set_config('search_path', {}, true)").format(pgsql.Literal(path)),
+                    pgsql.SQL("set_config('jit', {}, true)").format(pgsql.Literal(self._jit))]
+        if timeout:
+            settings.append(pgsql.SQL("set_config('statement_timeout', {}, true)").format(pgsql.Literal(timeout)))
+        if self._work_mem:
+            settings.append(pgsql.SQL("set_config('work_mem', {}, true)").format(pgsql.Literal(self._work_mem)))
+        parts = [pgsql.SQL("BEGIN TRANSACTION READ ONLY")]
+        names = [self._split(t) for t in lock]
+        if names:
+            parts.append(pgsql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(
+                pgsql.SQL(", ").join(pgsql.Identifier(sch, n) for sch, n in dict.fromkeys(names))))
+        parts.append(pgsql.SQL("SELECT {}").format(pgsql.SQL(", ").join(settings)))
+        if names:
+            parts.append(pgsql.SQL(_FACTS).format(schemas=pgsql.Literal([sch for sch, _ in names]),
+                                                  names=pgsql.Literal([n for _, n in names])))
+        cur = con.cursor()
+        cur.execute(pgsql.SQL("; ").join(parts).as_string(con), prepare=False)
+        if not names:
+            return {}
+        while cur.nextset():
+            pass
+        return _facts_of(cur.fetchall(), lock, self._split)
+
+    def _execute(self, text: str, params: dict | list | None) -> psycopg.Cursor:
+        """BEGIN READ ONLY and the transaction's settings (_begin), then one SELECT through a
+        binary cursor (the extended protocol: exactly one statement, no `; COMMIT; ...`)."""
+        if not _SELECT.match(text):
+            raise EngineError("the engine runs SELECT queries only")
+        self._begin([])
+        cur = self._con.cursor(binary=True)
         cur.execute(text, params, prepare=False)
         return cur
 
@@ -214,24 +271,26 @@ class PostgresEngine:
         """Single-column PRIMARY KEY/UNIQUE constraints. None on a table with inheritance
         children (a plain parent's constraint does not cover its children's rows; a
         partitioned table's does, since it must include the partition key)."""
-        schema, name = self._split(table)
-        rows = self._catalog(
-            "SELECT a.attname FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.conkey[1] "
-            "WHERE c.relname = %s AND n.nspname = %s AND k.contype IN ('p', 'u') "
-            "AND cardinality(k.conkey) = 1 AND (c.relkind = 'p' OR NOT EXISTS "
-            "(SELECT 1 FROM pg_inherits i WHERE i.inhparent = c.oid))", [name, schema])
-        return {r[0].lower() for r in rows}
+        f = self.facts([table]).get(table)
+        return set(f.unique) if f is not None else set()
 
     def not_null_columns(self, table: str) -> set[str]:
-        schema, name = self._split(table)
-        rows = self._catalog(
-            "SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relname = %s AND n.nspname = %s "
-            "AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped AND a.attnotnull",
-            [name, schema])
-        return {r[0].lower() for r in rows}
+        f = self.facts([table]).get(table)
+        return set(f.not_null) if f is not None else set()
+
+    def facts(self, tables: list[str]) -> dict[str, TableFacts]:
+        """Every named relation's facts, in one catalog query (a missing relation is left out)."""
+        names = [self._split(t) for t in tables]
+        query = pgsql.SQL(_FACTS).format(schemas=pgsql.Placeholder(), names=pgsql.Placeholder())
+        with self._lock:
+            try:
+                rows = self._execute(query.as_string(self._con), [[sch for sch, _ in names], [n for _, n in names]]).fetchall()
+            except psycopg.Error as err:
+                log.warning("postgres catalog query failed: %s", err)
+                raise EngineError(_GENERIC) from None
+            finally:
+                self._end()
+        return _facts_of(rows, tables, self._split)
 
     def base_tables(self) -> set[str]:
         """Ordinary and partitioned tables of the engine's schema (never the catalogs or temp tables)."""
@@ -251,6 +310,25 @@ class PostgresEngine:
     def close(self) -> None:
         if self._owned and not self._con.closed:
             self._con.close()
+
+
+def _facts_of(rows: list[tuple], tables: list[str], split: Callable[[str], tuple[str, str]]) -> dict[str, TableFacts]:
+    """TableFacts per requested name from _FACTS's rows (schema, relation, relkind, column, type,
+    NOT NULL, single-column key)."""
+    parts: dict[tuple[str, str], tuple[str, list, set, set]] = {}
+    for schema, rel, kind, col, typ, not_null, unique in rows:
+        entry = parts.setdefault((schema, rel), ("table" if kind in ("r", "p") else "view", [], set(), set()))
+        entry[1].append((col.lower(), typ))
+        if not_null:
+            entry[2].add(col.lower())
+        if unique:
+            entry[3].add(col.lower())
+    out = {}
+    for t in tables:
+        e = parts.get(split(t))
+        if e is not None:
+            out[t] = TableFacts(e[0], tuple(e[1]), frozenset(e[3]), frozenset(e[2]))
+    return out
 
 
 def _bind(sql: str, params: Mapping[str, object]) -> str:

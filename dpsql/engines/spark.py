@@ -13,7 +13,7 @@ Protected sources: a policy `source` that looks like a path (it contains a `/` o
 in `.parquet`: a Parquet file or a directory of them, local, hdfs://, s3a://...) is read
 with `spark.read.parquet` the first time the engine is asked about it and registered as a
 temporary view whose name is the path itself; the Spark rewrite reads it as one quoted
-identifier (`dpsql.rewrite.contribution`). Those views are in neither base_tables() nor
+identifier (`dpsql.rewrite.relation`). Those views are in neither base_tables() nor
 views(), so only the policy reaches them. Any other source is a catalog table name.
 
 Each run() is one statement that Spark's parser reads as a query (never a command), run
@@ -22,7 +22,10 @@ Only the final aggregated rows are collected to Python: one per group. The bound
 is the named parameter `:salt`, bound by `spark.sql(sql, args=...)`.
 
 Spark has no PRIMARY KEY or NOT NULL, so unique_columns() and not_null_columns() are
-empty and every query takes the bounded (per-unit) rewrite.
+empty and every query takes the bounded (per-unit) rewrite. Spark has no transactions
+either: the facts a query relies on (column types, a relation being a table) are read just
+before it runs, which leaves the window between that read and the query's own analysis
+(seconds at most) to a concurrent DDL; the README's threat model says so.
 """
 from __future__ import annotations
 
@@ -30,16 +33,17 @@ import logging
 import re
 import threading
 import uuid
-from typing import Any, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from dpsql.engines.base import Rows
-from dpsql.errors import EngineError, InterfaceError
+from dpsql.engines.base import Expect, Rows, TableFacts, check_facts
+from dpsql.errors import EngineError, Error, InterfaceError, QueryCanceled
 
 log = logging.getLogger("dpsql.engine")
 
 _GENERIC = "the engine could not run the query (details are in the server log)"
 _STANDALONE = re.compile(r"^[\w.-]+:\d+(,[\w.-]+:\d+)*/?$")
-_QUERY = re.compile(r"\s*(\(\s*)*(SELECT|WITH)\b", re.I)
+_QUERY = re.compile(r"\s*(\(\s*)*(SELECT|WITH)\b", re.IGNORECASE)
 
 # Defaults for a SparkContext dpsql starts itself (a URL target); `conf` overrides them.
 DEFAULT_CONF = {
@@ -54,7 +58,7 @@ _contexts: dict[int, int] = {}     # id(SparkContext) started by dpsql -> engine
 
 def is_path(source: str) -> bool:
     """A policy source that names files (read as Parquet), not a catalog table.
-    The same test as dpsql.rewrite.contribution._is_path."""
+    The same test as dpsql.rewrite.relation.is_path."""
     return "/" in source or "\\" in source or source.lower().endswith(".parquet")
 
 
@@ -74,6 +78,7 @@ def master_of(url: str) -> str:
 
 class SparkEngine:
     dialect = "spark"
+    facts_fixed = False
 
     def __init__(self, target: Any, *, conf: Mapping[str, Any] | None = None,
                  shuffle_partitions: int | None = None, executor_memory: str | None = None,
@@ -100,6 +105,7 @@ class SparkEngine:
             self.name = target
         elif type(target).__name__ == "SparkSession":
             self._spark = target
+            _read_parquet_as_written(target)
             self.name = "<spark session>"
         else:
             raise InterfaceError(f"unsupported Spark target of type {type(target).__name__}")
@@ -136,9 +142,10 @@ class SparkEngine:
                 _contexts[self._context_id] = 1
         spark = base.newSession()
         spark.conf.set("spark.sql.runSQLOnFiles", "false")
+        _read_parquet_as_written(spark)
         return spark
 
-    def clone(self) -> "SparkEngine":
+    def clone(self) -> SparkEngine:
         """A new engine on the same SparkSession (its temporary views, including the registered
         sources, stay visible) with its own job group: interrupt() on it cancels only its jobs."""
         other = SparkEngine.__new__(SparkEngine)
@@ -157,21 +164,26 @@ class SparkEngine:
         return other
 
     # -- queries
-    def run(self, sql: str, params: Mapping[str, object] | None = None) -> Rows:
+    def run(self, sql: str, params: Mapping[str, object] | None = None, *, expect: Expect | None = None,
+            before: Callable[[], None] | None = None) -> Rows:
+        if expect:
+            check_facts(self.facts(list(expect)), expect)
         with self._lock:
             self._cancelling = False
             sc = self._spark.sparkContext
             try:
                 self._check_query(sql)
+                if before is not None:
+                    before()
                 sc.setJobGroup(self._group, "dpsql query", interruptOnCancel=True)
                 df = self._spark.sql(sql, args=dict(params)) if params else self._spark.sql(sql)
                 fields = df.schema.fields
                 rows = [tuple(r) for r in df.collect()]
-            except EngineError:
+            except Error:          # ours, e.g. a refusal from before(): as it is
                 raise
             except Exception as err:
                 if self._cancelling:
-                    raise EngineError("the query was cancelled") from None
+                    raise QueryCanceled("canceling statement due to user request: the query was cancelled") from None
                 log.warning("spark failed: %s", err)
                 raise EngineError(_GENERIC) from None
             finally:
@@ -232,6 +244,26 @@ class SparkEngine:
     def unique_columns(self, table: str) -> set[str]:
         return set()
 
+    def facts(self, tables: list[str]) -> dict[str, TableFacts]:
+        """Columns and kind of each relation (a registered path source is a table); Spark
+        guarantees no key and no NOT NULL."""
+        out = {}
+        for t in tables:
+            try:
+                cols = self.table_columns(t)
+            except KeyError:
+                continue
+            kind = "table"
+            if not is_path(t):
+                try:
+                    info = self._spark.catalog.getTable(t)
+                except Exception:
+                    continue
+                if info.isTemporary or info.tableType not in ("MANAGED", "EXTERNAL"):
+                    kind = "view"
+            out[t] = TableFacts(kind, tuple(cols.items()), frozenset(), frozenset())
+        return out
+
     def not_null_columns(self, table: str) -> set[str]:
         return set()
 
@@ -269,6 +301,17 @@ class SparkEngine:
                 self._spark.sparkContext.stop()
             except Exception as err:
                 log.warning("spark stop failed: %s", err)
+
+
+def _read_parquet_as_written(spark: Any) -> None:
+    """Read Parquet dates and timestamps as written (proleptic Gregorian, as DuckDB, pyarrow and
+    Spark 3 write them). Spark's default (EXCEPTION) fails every query reading a column in which
+    some row holds a date before 1582-10-15 or a timestamp before 1900, and only then: one
+    person's date would decide whether a query fails. Set on dpsql's own session, and on a
+    SparkSession passed in (a read-side setting; files Spark 2 wrote with the hybrid calendar then
+    read without rebasing, never with an error)."""
+    for key in ("spark.sql.parquet.datetimeRebaseModeInRead", "spark.sql.parquet.int96RebaseModeInRead"):
+        spark.conf.set(key, "CORRECTED")
 
 
 def _quote(name: str) -> str:

@@ -9,6 +9,7 @@
     dpsql policy check policy.toml [--database people.duckdb]              # validate a policy
     dpsql demo                                                             # where the demo lives
     dpsql serve --backend people.duckdb --policy policy.toml               # PostgreSQL wire protocol
+    dpsql init people.csv                                                  # a starter policy for a file
     dpsql passwd alice                                                     # a SCRAM verifier for the policy
 
 Front ends talk only to a Session (and the error classes).
@@ -16,24 +17,27 @@ Front ends talk only to a Session (and the error classes).
 from __future__ import annotations
 
 import re
+import shlex
 import sys
 from pathlib import Path
 
 import click
 
 from dpsql import errors
-from dpsql.frontends.render import render_csv, render_json, render_table
-from dpsql.frontends.script import run_script
 from dpsql.admin import check_policy, data_dir, spending_report
+from dpsql.frontends.render import caret, render_csv, render_json, render_table
+from dpsql.frontends.script import run_script
 from dpsql.session import Result, Session
 
 _FORMAT = click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
                        show_default=True, help="Output format.")
-_EXPLAIN_DP = re.compile(r"^\s*EXPLAIN\s+DP\b", re.I)
+_EXPLAIN_DP = re.compile(r"^\s*EXPLAIN\s+DP\b", re.IGNORECASE)
 
 
-def _fail(err: errors.Error) -> click.ClickException:
+def _fail(err: errors.Error, sql: str | None = None) -> click.ClickException:
     msg = f"{err} [{err.sqlstate}]"
+    if (pointer := caret(sql or "", err.position)) is not None:
+        msg += "\n" + pointer
     if getattr(err, "hint", None):
         msg += f"\nhint: {err.hint}"
     return click.ClickException(msg)
@@ -63,14 +67,44 @@ def query(args: tuple[str, ...], policy: str | None, analyst: str | None, epsilo
           mechanism: str | None, fmt: str) -> None:
     """Run one private query and print the noisy rows.
 
-    TARGET is a DuckDB file (or duckdb:///path). Without it, the query runs on the
-    bundled demo as the demo analyst.
+    TARGET is a DuckDB file (or duckdb:///path), a .csv or .parquet file
+    (or a glob of them; one table named by the file's stem), a postgresql:// URL or a
+    spark:// URL. Without it, the query runs on the bundled demo as the demo
+    analyst.
     """
     target, sql = _target(args, policy, analyst, "SQL string")
     result = _run_one(target, policy, analyst, epsilon, mechanism, sql)
     _echo_result(result, fmt)
     if fmt == "table" and result.kind == "private":
         click.echo(result.status, err=True)
+
+
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--output", "-o", type=click.Path(dir_okay=False),
+              help="Where to write the policy (default: the table's name + .toml in the current directory: "
+                   "people.csv -> people.toml).")
+@click.option("--force", is_flag=True, help="Overwrite the output file if it exists.")
+def init(file: str, output: str | None, force: bool) -> None:
+    """Write a starter policy for a CSV or Parquet FILE, from its schema.
+
+    Every column is listed commented out with its type and what each declaration means
+    (privacy_unit, lower/upper bounds, values), with a [budget] section. Only column names
+    and types are read: no minimum, maximum or distinct values go into the policy. Uncomment
+    one privacy_unit line and the columns analysts may use, then run `dpsql policy check`.
+    """
+    from dpsql.starter import starter_policy, table_name
+
+    out = Path(output) if output else Path(table_name(file) + ".toml")
+    if out.exists() and not force:
+        raise click.ClickException(f"{out} exists; give --force to overwrite it, or --output another file")
+    try:
+        text = starter_policy(file)
+    except errors.Error as err:
+        raise _fail(err) from None
+    out.write_text(text, encoding="utf-8")
+    click.echo(f"wrote {out}: uncomment one privacy_unit and the columns analysts may use, then run\n"
+               f"  dpsql policy check {out} --database {shlex.quote(file)}")
 
 
 @cli.command()
@@ -100,7 +134,7 @@ def _run_one(target, policy, analyst, epsilon: float | None, mechanism: str | No
                 session.execute(f"SET dpsql.mechanism = '{mechanism}'")
             return session.execute(sql)
     except errors.Error as err:
-        raise _fail(err) from None
+        raise _fail(err, sql) from None
 
 
 def _echo_result(result: Result, fmt: str) -> None:
@@ -126,18 +160,26 @@ def _stdin_is_tty() -> bool:
 @click.option("--history", type=click.Path(dir_okay=False),
               help="File keeping the interactive command history (default: <data dir>/history, "
                    "where the data dir is $DPSQL_HOME or ~/.local/share/dpsql).")
+@click.option("--ascii", "ascii_", is_flag=True,
+              help="Draw tables with ASCII characters only (as \\pset linestyle ascii; script output "
+                   "always is).")
 @_FORMAT
-def repl(target: str | None, policy: str | None, analyst: str | None, history: str | None, fmt: str) -> None:
+def repl(target: str | None, policy: str | None, analyst: str | None, history: str | None, ascii_: bool,
+         fmt: str) -> None:
     """Ask queries interactively, or run a script piped to stdin.
 
     On a terminal this opens the interactive prompt. When stdin is a pipe or a file
-    (dpsql repl < script.sql) it runs script mode: statements end with ';', and the
-    meta-commands \\budget, \\epsilon X, \\delta X, \\mechanism M and \\explain QUERY
-    stand on their own lines. Each result is printed; a failing statement prints
-    "ERROR: message [sqlstate]" to stderr and the script goes on. The exit status is 1
-    if any statement failed, else 0.
+    (dpsql repl < script.sql) it runs script mode: statements end with ';', and
+    meta-commands stand on their own lines, the same as at the prompt: \\d [NAME], \\dt,
+    \\x, \\pset, \\o FILE, \\i FILE, \\copy (QUERY) TO FILE, \\budget, \\policy, \\epsilon X,
+    \\rho X, \\delta X, \\mechanism M, \\explain QUERY, \\timing, \\chart, \\help, \\q (also
+    quit, exit, help, .tables, .schema, SHOW TABLES; DESCRIBE t), except \\e, which needs a
+    terminal. Each result is printed; a failing statement prints "ERROR: message
+    [sqlstate]" to stderr and the script goes on. The exit status is 1 if any statement
+    failed, else 0.
 
-    TARGET is a DuckDB file (or duckdb:///path). Without it, the bundled demo is used.
+    TARGET is a DuckDB file (or duckdb:///path), a .csv or .parquet file (a table named by
+    its stem), a postgresql:// URL or a spark:// URL. Without it, the bundled demo is used.
     """
     if target is not None and (policy is None or analyst is None):
         raise click.UsageError("with a TARGET, give --policy and --analyst")
@@ -146,12 +188,14 @@ def repl(target: str | None, policy: str | None, analyst: str | None, history: s
         with Session.open(target, policy, analyst) as session:
             if interactive:
                 try:
-                    from dpsql.frontends import repl as interactive_repl   # lazy: prompt_toolkit
+                    from dpsql.frontends import (
+                        repl as interactive_repl,  # lazy: prompt_toolkit
+                    )
                 except ImportError as err:
                     raise click.ClickException(f"the interactive prompt is not available ({err}); "
                                                "pipe a script instead: dpsql repl < script.sql") from None
                 hist = Path(history) if history else data_dir() / "history"
-                code = interactive_repl.run(session, history=hist)
+                code = interactive_repl.run(session, history=hist, ascii=ascii_)
             else:
                 code = run_script(session, sys.stdin, sys.stdout, sys.stderr, fmt)
     except errors.Error as err:
@@ -174,7 +218,9 @@ def explain(args: tuple[str, ...], policy: str | None, analyst: str | None, epsi
 
     Prints EXPLAIN DP: each noisy value's mechanism, sensitivity, epsilon, noise scale
     and 95% half-width, the total charge, the contribution bounding, and the rewritten
-    SQL that would run. TARGET is a DuckDB file; without it, the bundled demo is used.
+    SQL that would run. TARGET is a DuckDB file (or duckdb:///path), a .csv or .parquet file
+    (or a glob of them; one table named by the file's stem), a postgresql:// URL or a
+    spark:// URL; without it, the bundled demo is used.
     """
     target, sql = _target(args, policy, analyst, "SQL string")
     if not _EXPLAIN_DP.match(sql):
@@ -191,7 +237,9 @@ def budget(policy: str | None, fmt: str) -> None:
 
     Reads the ledger named by the policy (budget.ledger, or <policy>.ledger.sqlite) and
     prints, per analyst: epsilon and delta spent and remaining of the policy's lifetime
-    budget, and the number of answered queries. Needs no database; charges nothing.
+    budget, the number of answered queries, rho spent and remaining, and the accountant
+    (zcdp: epsilon_spent is what the composed rho implies at the budget's delta; basic: sums).
+    Needs no database; charges nothing.
     """
     if policy is None:
         policy = str(Session.demo()[1])
@@ -199,10 +247,12 @@ def budget(policy: str | None, fmt: str) -> None:
         report = spending_report(policy)
     except errors.Error as err:
         raise _fail(err) from None
-    cols = ["analyst", "epsilon_spent", "epsilon_remaining", "delta_spent", "delta_remaining", "queries"]
+    cols = ["analyst", "epsilon_spent", "epsilon_remaining", "delta_spent", "delta_remaining", "queries",
+            "rho_spent", "rho_remaining", "accountant"]
     rows = [(r.spending.analyst, r.spending.epsilon_spent, r.spending.epsilon_remaining,
-             r.spending.delta_spent, r.spending.delta_remaining, r.queries) for r in report]
-    result = Result(cols, ["string"] + ["number"] * 5, rows, "show", [None] * len(cols),
+             r.spending.delta_spent, r.spending.delta_remaining, r.queries,
+             r.spending.rho_spent, r.spending.rho_remaining, r.spending.accountant) for r in report]
+    result = Result(cols, ["string"] + ["number"] * 7 + ["string"], rows, "show", [None] * len(cols),
                     [(None,) * len(cols) for _ in rows], tag=f"SELECT {len(rows)}")
     _echo_result(result, fmt)
 
@@ -215,7 +265,8 @@ def policy_group() -> None:
 @policy_group.command("check")
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("--database", "-d", metavar="TARGET",
-              help="Also check the policy against this database (a DuckDB file or duckdb:///path): "
+              help="Also check the policy against this database (a DuckDB file or duckdb:///path, a "
+                   ".csv or .parquet file, a postgresql:// or spark:// URL): "
                    "every protected table and declared column exists, with types that fit the "
                    "bounds and domains. Reads the schema only: opens no session and touches no ledger.")
 def policy_check(path: str, database: str | None) -> None:
@@ -228,6 +279,8 @@ def policy_check(path: str, database: str | None) -> None:
         report = check_policy(path, database)
     except errors.Error as err:
         raise _fail(err) from None
+    for warning in report.warnings:
+        click.echo(f"warning: {warning}", err=True)
     if report.ok:
         n = len(report.tables)
         click.echo(f"OK: {path}: {n} protected table{'s' if n != 1 else ''}"
@@ -242,8 +295,8 @@ def policy_check(path: str, database: str | None) -> None:
 
 @cli.command()
 @click.option("--backend", "target", metavar="TARGET",
-              help="The database: a DuckDB file (or duckdb:///path) or a postgresql:// URL "
-                   "(default: the bundled demo).")
+              help="The database: a DuckDB file (or duckdb:///path), a .csv or .parquet file, a "
+                   "postgresql:// URL or a spark:// URL (default: the bundled demo).")
 @click.option("--policy", "-p", type=click.Path(dir_okay=False),
               help="Policy TOML file (required with --backend; its [server] and [analysts.NAME] "
                    "sections set authentication, TLS and passwords).")
@@ -260,7 +313,12 @@ def serve(target: str | None, policy: str | None, listen: str, max_message_bytes
     Each client connects as an analyst (the user name) and gets its own session; passwords
     are SCRAM-SHA-256 verifiers in the policy ([analysts.NAME] password = "SCRAM-SHA-256$...",
     printed by `dpsql passwd NAME`). With no --backend and no --policy it serves the bundled
-    demo with trust authentication (any user name, loopback clients only).
+    demo with trust authentication (any user name, loopback clients only). A policy whose
+    analysts have no password and whose [server] auth is not "trust" is refused: nobody could
+    log in (the error says how to add passwords, or trust on loopback for a demo).
+
+    TARGET is a DuckDB file (or duckdb:///path), a .csv or .parquet file (a table named by its
+    stem), a postgresql:// URL or a spark:// URL.
     """
     import asyncio
     import logging
@@ -283,6 +341,16 @@ def serve(target: str | None, policy: str | None, listen: str, max_message_bytes
     except errors.Error as err:
         raise _fail(err) from None
     auth = "trust" if demo else None
+    if not demo and backend.policy.server.auth != "trust" and \
+            not any(a.password for a in backend.policy.analysts.values()):
+        backend.close()
+        raise click.ClickException(
+            f"refusing to start a server nobody can log in to: {policy} gives no analyst a password "
+            f"and [server] auth is {backend.policy.server.auth} (the default without a [server] section).\n"
+            "Either give each analyst a password: `dpsql passwd alice` prints the lines to add "
+            "([analysts.alice] password = \"SCRAM-SHA-256$...\");\n"
+            "or, for a demo on this machine only, add\n  [server]\n  auth = \"trust\"\n"
+            "to the policy: any user name is then admitted as that analyst, from loopback clients only.")
 
     async def main() -> None:
         try:

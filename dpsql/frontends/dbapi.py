@@ -8,19 +8,42 @@
 Beyond PEP 249, a cursor reports how noisy its last result is:
   cursor.accuracy     one entry per column: None for exact columns (group keys),
                       else an Accuracy(mechanism, noise_scale, ci95); for derived
-                      columns (AVG, arithmetic) noise_scale and ci95 are None and
-                      the per-value widths are in half_widths.
+                      columns (AVG, arithmetic of aggregates) noise_scale is None and
+                      ci95 the widest of the per-value widths in half_widths, which
+                      are simulated from the mechanisms' noise (dpsql.postprocess).
   cursor.half_widths  one tuple per fetched-or-not row: each value's 95% confidence
                       half-width (None for exact values).
   cursor.cost         the (epsilon, delta) the last statement was charged, or None.
   cursor.statusmessage  e.g. "SELECT 3", or the budget status after a private query.
+  cursor.suppressed   groups removed by partition selection: 0 when none can have been (no
+                      GROUP BY, or keys with public domains), None when partition selection
+                      ran: how many it removed depends on the data and is not released.
   cursor.cached       True when the last private query repeated an identical earlier one and
                       got its answer again, free of charge (the reconstruction defence's cache).
+Settings (also through the proxy, as SET/SHOW/RESET; SHOW ALL lists them with a description):
+  SET dpsql.intervals = on   each noisy column c is followed by c_low and c_high, its 95% interval
+  SET dpsql.round = on       noisy COUNTs as whole numbers, negative ones clamped to 0
+                             (post-processing; off by default because the clamp biases counts near 0)
 Transactions: dpsql is read-only, so commit() and rollback() do nothing.
+
+Parameters: execute(sql, params) binds each value as a literal in the parsed query, quoted by
+dpsql and never formatted into the text (a value's quotes are data). Placeholders:
+  ?            qmark (the module's paramstyle), with a sequence
+  $1, $2       PostgreSQL's numbered parameters, with a sequence
+  :name        with a mapping
+  %s           psycopg's format style, with a sequence
+  %(name)s     psycopg's pyformat style, with a mapping
+In a query written with %s or %(name)s, %% is one literal percent (in strings too, as psycopg
+reads it), and a %s inside a quoted string is text, not a placeholder. Values: numbers, strings,
+booleans, dates, datetimes and None.
+
+Errors: each class has one SQLSTATE (dpsql.errors.lookup) and the PEP 249 base psycopg raises
+for it; a syntax error carries .position (1-based, PostgreSQL's Position), and hints name a fix.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from dpsql.errors import InterfaceError, NotSupportedError
 from dpsql.session import Result, Session
@@ -46,7 +69,7 @@ class Connection:
         if self._session.closed:
             raise InterfaceError("the connection is closed")
 
-    def cursor(self) -> "Cursor":
+    def cursor(self) -> Cursor:
         self._check()
         cur = Cursor(self)
         return cur
@@ -60,14 +83,14 @@ class Connection:
     def rollback(self) -> None:
         self._check()
 
-    def __enter__(self) -> "Connection":
+    def __enter__(self) -> Connection:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
     # convenience, as sqlite3 and duckdb offer
-    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> "Cursor":
+    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> Cursor:
         return self.cursor().execute(sql, params)
 
 
@@ -105,13 +128,13 @@ class Cursor:
         r = self._result
         return len(r.rows) if r is not None and r.columns else -1
 
-    def execute(self, operation: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None) -> "Cursor":
+    def execute(self, operation: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None) -> Cursor:
         self._check()
         self._result, self._pos = None, 0
         self._result = self.connection.session.execute(operation, parameters)
         return self
 
-    def executemany(self, operation: str, seq_of_parameters) -> "Cursor":
+    def executemany(self, operation: str, seq_of_parameters) -> Cursor:
         for params in seq_of_parameters:
             self.execute(operation, params)
         return self
@@ -157,7 +180,7 @@ class Cursor:
         while (row := self.fetchone()) is not None:
             yield row
 
-    def __enter__(self) -> "Cursor":
+    def __enter__(self) -> Cursor:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -171,6 +194,12 @@ class Cursor:
     @property
     def half_widths(self):
         return list(self._result.half_widths) if self._result is not None else None
+
+    @property
+    def suppressed(self) -> int | None:
+        """Groups partition selection removed: 0 when no group can have been, None when it ran
+        (its count depends on the data; see dpsql.postprocess.present and Result.suppressed)."""
+        return self._result.suppressed if self._result is not None else None
 
     @property
     def cost(self):

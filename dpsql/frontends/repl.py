@@ -10,47 +10,23 @@ import pathlib
 import re
 import sys
 import threading
-import time
-from dataclasses import dataclass
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from dpsql import errors
-from dpsql.frontends.chart import bar_chart
-from dpsql.frontends.render import rich_table
+from dpsql.frontends.commands import META, Meta, Shell, is_meta_line, parse_meta
+from dpsql.frontends.render import caret, render_expanded, render_table, rich_table
 from dpsql.session import Result, Session
 from dpsql.sqltext import only_comments, split_statements
+
+__all__ = ["META", "Meta", "candidates", "completion_words", "is_complete", "parse_meta", "run"]
 
 KEYWORDS = (
     "SELECT", "FROM", "WHERE", "GROUP", "BY", "HAVING", "ORDER", "LIMIT", "COUNT", "SUM", "AVG", "AND",
     "OR", "NOT", "IN", "BETWEEN", "LIKE", "IS", "NULL", "AS", "DESC", "ASC", "EXPLAIN", "DP", "SET",
-    "SHOW", "RESET", "DISTINCT", "OFFSET",
+    "SHOW", "RESET", "DISTINCT", "OFFSET", "JOIN", "ON", "TABLES", "DESCRIBE",
 )
-SETTINGS = ("dpsql.epsilon", "dpsql.delta", "dpsql.mechanism", "dpsql.budget", "dpsql.analyst")
-
-# name -> (argument, help)
-META = {
-    "budget": ("", "what you have spent and what is left (SHOW dpsql.budget)"),
-    "policy": ("", "protected tables: units, row/group limits, bounds, domains"),
-    "explain": ("QUERY", "plan and cost of a query (EXPLAIN DP); charges nothing"),
-    "epsilon": ("[E]", "SET dpsql.epsilon = E (without E: show it)"),
-    "delta": ("[D]", "SET dpsql.delta = D (without D: show it)"),
-    "mechanism": ("[M]", "SET dpsql.mechanism = 'M': laplace, gaussian, ..."),
-    "timing": ("", "toggle printing how long each statement took"),
-    "chart": ("", "bar chart of the last private result, with 95% intervals"),
-    "help": ("", "this help"),
-    "q": ("", "quit (or Ctrl-D)"),
-}
-_ALIASES = {"quit": "q", "exit": "q", "h": "help", "?": "help"}
-
-_HELP_SQL = """\
-SQL: aggregate queries over the protected tables, ending with ';', e.g.
-  SELECT state, COUNT(*) FROM people GROUP BY state;
-  SELECT AVG(income) FROM people WHERE age BETWEEN 30 AND 40;
-  EXPLAIN DP SELECT ...;           plan and cost, charges nothing
-  SET dpsql.epsilon = 0.5;         also dpsql.delta, dpsql.mechanism
-  SHOW dpsql.budget;               also epsilon, delta, mechanism, analyst
-  RESET dpsql.epsilon;             or RESET ALL
-Keys: Tab completes; Ctrl-C clears the line or cancels a query; Ctrl-D quits."""
+SETTINGS = ("dpsql.epsilon", "dpsql.rho", "dpsql.delta", "dpsql.mechanism", "dpsql.budget", "dpsql.analyst",
+            "dpsql.plan_queries", "dpsql.accountant")
 
 
 # -- pure helpers (unit-tested without a terminal) --------------------------------------
@@ -59,49 +35,74 @@ def is_complete(text: str) -> bool:
     """Whether Enter should run the buffer: a meta-command, a blank line, or SQL that ends
     with ';' outside quotes and comments."""
     stripped = text.strip()
-    if not stripped or stripped.startswith("\\"):
+    if not stripped or is_meta_line(stripped):
         return True
     statements, rest = split_statements(text)
     return bool(statements) and only_comments(rest)
 
 
-@dataclass(frozen=True)
-class Meta:
-    name: str        # canonical name ("q" for \q, \quit); unknown names as typed
-    arg: str
-    known: bool
-
-
-def parse_meta(line: str) -> Meta:
-    """`\\epsilon 0.5;` -> Meta("epsilon", "0.5", True)."""
-    body = line.strip()
-    if body.startswith("\\"):
-        body = body[1:]
-    name, _, arg = body.partition(" ")
-    name = name.strip().rstrip(";").lower()
-    name = _ALIASES.get(name, name)
-    arg = arg.strip()
-    if name != "explain":
-        arg = arg.rstrip(";").strip()
-    return Meta(name, arg, name in META)
-
-
 def completion_words(session: Session) -> tuple[list[str], list[str]]:
     """(tables, columns) the policy declares: each table and its privacy unit and columns."""
     tables, columns = [], []
-    for name, table in session.policy.tables.items():
-        tables.append(name)
-        for col in (table.privacy_unit, *table.columns):
-            if col not in columns:
-                columns.append(col)
+    for name, cols in completion_schema(session).items():
+        if name in session.policy.tables:
+            tables.append(name)
+            columns += [c for c in cols if c not in columns]
     return tables, columns
 
 
+def completion_schema(session: Session) -> dict[str, list[str]]:
+    """Each table an analyst may name -> the columns a query may use: a protected table's unit,
+    link and declared columns; a public table's columns (names from the policy and schema only)."""
+    out: dict[str, list[str]] = {}
+    for name, table in session.policy.tables.items():
+        cols = [table.privacy_unit] if table.privacy_unit else [table.link.column]
+        out[name] = cols + [c for c in table.columns if c not in cols]
+    for name, cols in session.tables().items():
+        out.setdefault(name, list(cols))
+    return out
+
+
 _WORD = re.compile(r"[\w.\\]*$")
+_CONTEXT = re.compile(r"\b(FROM|JOIN|DESCRIBE|DESC|SELECT|WHERE|BY|HAVING|ON|AND|OR|NOT|SET|SHOW|RESET)\b"
+                      r"|^\s*\\d\b|^\s*\.schema\b", re.IGNORECASE)
+_TABLE_CONTEXT = {"FROM", "JOIN", "DESCRIBE", "DESC", "\\D", ".SCHEMA"}
+_COLUMN_CONTEXT = {"SELECT", "WHERE", "BY", "HAVING", "ON", "AND", "OR", "NOT"}
+_FROM_TABLES = re.compile(r"\b(?:FROM|JOIN)\s+([\w.]+)|,\s*([\w.]+)", re.IGNORECASE)
+_STRING = re.compile(r"'(?:[^']|'')*'?")
 
 
-def candidates(text_before_cursor: str, tables: Iterable[str], columns: Iterable[str]) -> list[str]:
-    """What Tab offers for the word before the cursor."""
+def _context(head: str) -> tuple[str | None, str]:
+    """The keyword that decides what the word at the cursor is (FROM, SELECT, ...), and the text
+    between that keyword and the word."""
+    last = None
+    for m in _CONTEXT.finditer(_STRING.sub("''", head)):
+        last = m
+    if last is None:
+        return None, ""
+    kw = last.group(1) or last.group(0).strip()
+    return kw.upper(), _STRING.sub("''", head)[last.end():]
+
+
+def _named_tables(text: str, schema: dict[str, list[str]]) -> list[str]:
+    """The known tables a statement's FROM and JOIN name."""
+    out = []
+    tail = re.split(r"\bFROM\b", text, maxsplit=1, flags=re.IGNORECASE)
+    if len(tail) < 2:
+        return out
+    for m in _FROM_TABLES.finditer("FROM " + tail[1]):
+        name = (m.group(1) or m.group(2) or "").lower().rsplit(".", 1)[-1]
+        if name in schema and name not in out:
+            out.append(name)
+    return out
+
+
+def candidates(text_before_cursor: str, tables: Iterable[str], columns: Iterable[str], *,
+               schema: dict[str, list[str]] | None = None, text: str | None = None) -> list[str]:
+    """What Tab offers for the word before the cursor. With `schema` (table -> columns) it is
+    context-aware: tables after FROM, JOIN, DESCRIBE and \\d; after SELECT, WHERE, GROUP BY,
+    HAVING, ON, the columns of the tables the statement names (`text`: the whole buffer, whose
+    FROM may come after the cursor), then keywords."""
     word = _WORD.search(text_before_cursor).group()
     head = text_before_cursor[: len(text_before_cursor) - len(word)]
     if word.startswith("\\"):
@@ -109,13 +110,28 @@ def candidates(text_before_cursor: str, tables: Iterable[str], columns: Iterable
             return []
         prefix = word[1:].lower()
         return ["\\" + m for m in META if m.startswith(prefix)]
-    if not word:
-        return []
     low = word.lower()
+    names: list[str] = [*tables, *columns]
+    keywords, on_empty = True, False      # on_empty: Tab on no word lists the names
+    if schema is not None:
+        kw, between = _context(head)
+        if kw in _TABLE_CONTEXT:
+            if between.strip() and not between.rstrip().endswith(","):
+                names = []                                    # FROM people <here>: a keyword
+            else:
+                names, keywords, on_empty = list(schema), False, True
+        elif kw in _COLUMN_CONTEXT:
+            named = _named_tables(text if text is not None else text_before_cursor, schema)
+            names = list(dict.fromkeys(c for t in (named or schema) for c in schema[t]))
+            on_empty = True
+    if not word:
+        return names if on_empty else []
     out: list[str] = []
-    for name in (*tables, *columns):
+    for name in names:
         if name.lower().startswith(low) and name not in out:
             out.append(name)
+    if not keywords:
+        return out
     for kw in (*KEYWORDS, *SETTINGS):
         if kw.lower().startswith(low) and kw.lower() != low:
             cased = kw if kw.startswith("dpsql.") else (kw.lower() if word.islower() else kw.upper())
@@ -128,12 +144,13 @@ def _completer(session: Session):
     from prompt_toolkit.completion import Completer, Completion
 
     tables, columns = completion_words(session)
+    schema = completion_schema(session)
 
     class SqlCompleter(Completer):
         def get_completions(self, document, complete_event):
             before = document.text_before_cursor
             word = _WORD.search(before).group()
-            for cand in candidates(before, tables, columns):
+            for cand in candidates(before, tables, columns, schema=schema, text=document.text):
                 yield Completion(cand, start_position=-len(word))
 
     return SqlCompleter()
@@ -141,18 +158,22 @@ def _completer(session: Session):
 
 # -- the loop ----------------------------------------------------------------------------
 
-class _Repl:
-    def __init__(self, session: Session, console, prompt: Callable[[str], str]):
-        self.session, self.console, self.prompt = session, console, prompt
-        self.timing = False
-        self.last_private: Result | None = None
+class _Repl(Shell):
+    interactive = True
+
+    def __init__(self, session: Session, console, prompt: Callable[[str], str], *, ascii: bool = False):
+        super().__init__(session)
+        self.console, self.prompt = console, prompt
+        self.ascii = ascii
 
     # output
-    def error(self, err: BaseException) -> None:
+    def error(self, err: BaseException, sql: str | None = None) -> None:
         from rich.text import Text
 
         if isinstance(err, errors.Error):
             self.console.print(Text(f"ERROR: {err} [{err.sqlstate}]", style="bold red"))
+            if (pointer := caret(sql or "", err.position)) is not None:
+                self.console.print(Text(pointer))
             if getattr(err, "hint", None):
                 self.console.print(Text(f"HINT: {err.hint}", style="yellow"))
         else:
@@ -163,11 +184,30 @@ class _Repl:
 
         self.console.print(Text(text, style=style))
 
+    def write_raw(self, text: str) -> None:
+        if self.output is not None:
+            self.output.write(text)
+            self.output.flush()
+        else:
+            self.console.print(text.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
+
+    def width(self) -> int:
+        return max(30, self.console.width - 1)
+
     def show(self, result: Result) -> None:
-        if result.kind == "explain":
+        from rich.text import Text
+
+        if self.output is not None:                   # \o FILE: results as text, messages here
+            if result.columns or result.kind not in ("set", "empty"):
+                self.output.write(self.text_of(result) + "\n\n")
+                self.output.flush()
+        elif result.kind == "explain" and not self.ascii:
             self.console.print(_expanded(result))
+        elif result.columns and (self.expanded or self.ascii or result.kind == "explain"):
+            self.console.print(Text(render_expanded(result) if self.expanded or result.kind == "explain"
+                                    else render_table(result, self.border)))
         elif result.columns:
-            self.console.print(rich_table(result))
+            self.console.print(rich_table(result, self.border))
             n = len(result.rows)
             if result.kind in ("private", "public"):
                 self.info(f"({n} row{'s' if n != 1 else ''})")
@@ -178,7 +218,7 @@ class _Repl:
             self.info(result.tag)
 
     # running
-    def execute(self, sql: str) -> Result | None:
+    def run_sql(self, sql: str) -> Result | None:
         """Run one statement in a worker thread so Ctrl-C can cancel it."""
         box: dict[str, object] = {}
 
@@ -188,7 +228,6 @@ class _Repl:
             except BaseException as err:  # noqa: BLE001 - reported by the loop
                 box["error"] = err
 
-        started = time.perf_counter()
         worker = threading.Thread(target=work, name="dpsql-query", daemon=True)
         worker.start()
         try:
@@ -199,87 +238,25 @@ class _Repl:
             worker.join(5)
             self.info("query cancelled", style="yellow")
             return None
-        elapsed = time.perf_counter() - started
         if "error" in box:
-            self.error(box["error"])  # type: ignore[arg-type]
-            result = None
-        else:
-            result = box["result"]  # type: ignore[assignment]
-            self.show(result)
-        if self.timing:
-            self.info(f"Time: {elapsed * 1000:.1f} ms")
+            self.error(box["error"], sql)  # type: ignore[arg-type]
+            return None
+        result = box["result"]  # type: ignore[assignment]
+        self.show(result)
         return result
 
-    def meta(self, line: str) -> bool:
-        """Run a meta-command; False to quit."""
-        m = parse_meta(line)
-        if not m.known:
-            self.info(f"unknown command \\{m.name}; type \\help for the list", style="red")
-        elif m.name == "q":
-            return False
-        elif m.name == "help":
-            self.help()
-        elif m.name == "budget":
-            self.execute("SHOW dpsql.budget")
-        elif m.name == "policy":
-            self.policy()
-        elif m.name == "explain":
-            if not m.arg:
-                self.info("usage: \\explain QUERY", style="red")
-            else:
-                self.execute("EXPLAIN DP " + m.arg)
-        elif m.name in ("epsilon", "delta"):
-            self.execute(f"SET dpsql.{m.name} = {m.arg}" if m.arg else f"SHOW dpsql.{m.name}")
-        elif m.name == "mechanism":
-            arg = m.arg.strip("'\"")
-            if arg and not re.fullmatch(r"[\w-]+", arg):
-                self.info("usage: \\mechanism laplace|gaussian|...", style="red")
-            else:
-                self.execute(f"SET dpsql.mechanism = '{arg}'" if arg else "SHOW dpsql.mechanism")
-        elif m.name == "timing":
-            self.timing = not self.timing
-            self.info(f"Timing is {'on' if self.timing else 'off'}.")
-        elif m.name == "chart":
-            if self.last_private is None:
-                self.info("nothing to chart yet: run a private query first")
-            else:
-                self.console.print(bar_chart(self.last_private, width=max(30, self.console.width - 1)),
-                                   markup=False, highlight=False, soft_wrap=True)
-        return True
-
-    def help(self) -> None:
-        from rich.text import Text
-
-        lines = ["Meta-commands:"]
-        for name, (arg, text) in META.items():
-            lines.append(f"  \\{(name + ' ' + arg).strip():<14} {text}")
-        self.console.print(Text("\n".join(lines) + "\n\n" + _HELP_SQL))
-
-    def policy(self) -> None:
-        from rich.table import Table
-        from rich.text import Text
-
-        table = Table(show_edge=False, pad_edge=False, header_style="bold")
-        for col in ("table", "privacy unit", "rows/unit", "groups/unit", "column", "bounds or domain"):
-            table.add_column(col, justify="right" if col.endswith("/unit") else "left")
-        for name, t in self.session.policy.tables.items():
-            first = True
-            cols = list(t.columns.values()) or [None]
-            for c in cols:
-                head = (name, t.privacy_unit, str(t.max_rows_per_unit), str(t.max_groups_per_unit)) if first \
-                    else ("", "", "", "")
-                first = False
-                table.add_row(*map(Text, head + ((c.name, _describe(c)) if c is not None else ("", ""))))
-        self.console.print(table)
-        b = self.session.policy.budget
-        self.info(f"lifetime budget per analyst: epsilon {b.epsilon:g}, delta {b.delta:g}")
+    execute = run_sql
 
     def banner(self) -> None:
         s = self.session
         db = getattr(s.engine, "name", None) or type(s.engine).__name__
         try:
             sp = s.spending()
-            left = f"remaining epsilon {sp.epsilon_remaining:g}, delta {sp.delta_remaining:g}"
+            if sp.accountant == "zcdp":
+                left = (f"remaining rho {sp.rho_remaining:.4g} of {sp.rho_total:.4g} "
+                        f"(epsilon {sp.epsilon_spent:.3g} of {sp.epsilon_total:g} spent at delta {sp.delta_total:g})")
+            else:
+                left = f"remaining epsilon {sp.epsilon_remaining:g}, delta {sp.delta_remaining:g}"
         except errors.Error as err:
             left = f"budget unknown ({err})"
         self.info(f"dpsql: database {db}, policy {s.policy.source}, analyst {s.analyst}; {left}. "
@@ -287,38 +264,33 @@ class _Repl:
 
     def loop(self) -> int:
         self.banner()
-        while True:
-            try:
-                text = self.prompt(f"{self.session.analyst}=> ")
-            except KeyboardInterrupt:
-                continue
-            except EOFError:
-                return 0
-            if not self.handle(text):
-                return 0
+        try:
+            while True:
+                try:
+                    text = self.prompt(f"{self.session.analyst}=> ")
+                except KeyboardInterrupt:
+                    continue
+                except EOFError:
+                    return 0
+                if not self.handle(text):
+                    return 0
+        finally:
+            self.close()
 
     def handle(self, text: str) -> bool:
         """Run everything in one accepted buffer; False to quit."""
         try:
             stripped = text.strip()
-            if stripped.startswith("\\"):
+            if is_meta_line(stripped):
                 return self.meta(stripped)
             statements, rest = split_statements(text)
             if not only_comments(rest):
                 statements.append(rest.strip())
             for stmt in statements:
-                self.execute(stmt)
+                self.statement(stmt)
         except Exception as err:  # noqa: BLE001 - the loop goes on
             self.error(err)
         return True
-
-
-def _describe(col) -> str:
-    if col.values is not None:
-        return "values: " + ", ".join(map(str, col.values))
-    if col.lower is not None:
-        return f"[{col.lower:g}, {col.upper:g}]"
-    return "filter only (grouping needs a noisy threshold)"
 
 
 def _expanded(result: Result):
@@ -357,8 +329,10 @@ def _key_bindings():
     return kb
 
 
-def run(session: Session, *, history: pathlib.Path | None = None, input=None, output=None) -> int:
-    """The interactive loop on a terminal; returns the exit status.
+def run(session: Session, *, history: pathlib.Path | None = None, input=None, output=None,
+        ascii: bool = False) -> int:
+    """The interactive loop on a terminal; returns the exit status. ascii: tables drawn with
+    ASCII characters only (as `\\pset linestyle ascii`).
 
     `input` is a prompt_toolkit Input (default: the terminal); `output` a text stream
     (default: stdout) that both the prompt and the results are written to.
@@ -387,7 +361,7 @@ def run(session: Session, *, history: pathlib.Path | None = None, input=None, ou
         input=input,
         output=create_output(stdout=stream) if output is not None else None,
     )
-    return _Repl(session, console, prompt_session.prompt).loop()
+    return _Repl(session, console, prompt_session.prompt, ascii=ascii).loop()
 
 
 def main() -> int:

@@ -1,13 +1,11 @@
 """Script mode: run a file of statements through one Session, as `dpsql repl < script.sql` does.
 
-Statements end with ';' outside quotes and comments. Meta-commands stand on their own line:
-
-    \\budget            SHOW dpsql.budget
-    \\epsilon X         SET dpsql.epsilon = X
-    \\delta X           SET dpsql.delta = X
-    \\mechanism M       SET dpsql.mechanism = 'M'
-    \\explain Q         EXPLAIN DP Q (how Q would be answered; charges nothing)
-    \\q                 stop reading
+Statements end with ';' outside quotes and comments. Meta-commands stand on their own line and
+are the interactive prompt's (dpsql.frontends.commands): \\budget, \\policy, \\d [NAME], \\dt,
+\\explain Q, \\epsilon X, \\rho X, \\delta X, \\mechanism M, \\x, \\pset, \\o FILE, \\i FILE,
+\\copy (Q) TO FILE, \\timing, \\chart, \\help, \\q; also `quit`, `exit` and `help` alone on a
+line, DuckDB's .tables and .schema, and the statements SHOW TABLES and DESCRIBE t. Only \\e is
+refused, with the reason: it opens an editor on a terminal.
 
 Each statement's result is printed (table, CSV or JSON); an error prints
 `ERROR: <message> [<sqlstate>]` (and `HINT:`) to the error stream and the script goes on
@@ -15,25 +13,14 @@ with the next statement. The exit status is 1 if any statement failed, else 0.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TextIO
 
 from dpsql import errors
-from dpsql.frontends.render import render_csv, render_json, render_table
+from dpsql.frontends.commands import Shell, is_meta_line
+from dpsql.frontends.render import caret, render_csv, render_json, render_table
 from dpsql.session import Result, Session
 from dpsql.sqltext import skip
-
-META_HELP = {
-    "budget": "show your spending and what is left",
-    "epsilon": "set epsilon for the next queries: \\epsilon 0.5",
-    "delta": "set delta for the next queries: \\delta 1e-7",
-    "mechanism": "set the noise mechanism: \\mechanism laplace|gaussian|gaussian_classic",
-    "explain": "show how a query would be answered, without running or charging it",
-    "q": "stop",
-}
-_META_START = re.compile(r"[ \t]*\\")
-_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +53,8 @@ def split_script(text: str) -> list[Statement]:
     while i < n:
         ch = text[i]
         at_line_start = i == 0 or text[i - 1] == "\n"
-        if not content and at_line_start and _META_START.match(text, i):
-            end = text.find("\n", i)
-            end = n if end == -1 else end
+        if not content and at_line_start and is_meta_line(text[i:_line_end(text, i)]):
+            end = _line_end(text, i)
             flush()
             out.append(Statement(line, text[i:end].strip(), meta=True))
             i = end
@@ -86,36 +72,17 @@ def split_script(text: str) -> list[Statement]:
     return out
 
 
-def meta_sql(command: str) -> str | None:
-    """The SQL a meta-command line stands for; None for \\q. Raises errors.Error if malformed."""
-    name, _, arg = command.lstrip("\\").partition(" ")
-    name, arg = name.strip().lower(), arg.strip().rstrip(";").strip()
-    if name in ("q", "quit"):
-        return None
-    if name == "budget" and not arg:
-        return "SHOW dpsql.budget"
-    if name in ("epsilon", "delta"):
-        try:
-            value = float(arg)
-        except ValueError:
-            raise errors.InvalidSetting(f"\\{name} takes a number, e.g. \\{name} "
-                                        f"{'0.5' if name == 'epsilon' else '1e-7'}") from None
-        return f"SET dpsql.{name} = {value!r}"
-    if name == "mechanism":
-        if not _WORD.match(arg):
-            raise errors.InvalidSetting("\\mechanism takes a name: laplace, gaussian or gaussian_classic")
-        return f"SET dpsql.mechanism = '{arg}'"
-    if name == "explain" and arg:
-        return f"EXPLAIN DP {arg}"
-    if name in META_HELP:
-        raise errors.SqlSyntaxError(f"\\{name}: {META_HELP[name]}", hint="see the usage above")
-    raise errors.SqlSyntaxError(f"unknown command \\{name}",
-                                hint="commands: " + ", ".join(f"\\{k}" for k in META_HELP))
+def _line_end(text: str, i: int) -> int:
+    end = text.find("\n", i)
+    return len(text) if end == -1 else end
 
 
-def format_error(err: errors.Error) -> str:
-    """`ERROR: <message> [<sqlstate>]`, and `HINT: <hint>` on the next line if there is one."""
+def format_error(err: errors.Error, pointer: str | None = None) -> str:
+    """`ERROR: <message> [<sqlstate>]`, then the `LINE n:` pointer with its caret when given (as
+    psql prints them), and `HINT: <hint>` on the next line if there is one."""
     text = f"ERROR: {err} [{err.sqlstate}]"
+    if pointer:
+        text += "\n" + pointer
     if getattr(err, "hint", None):
         text += f"\nHINT: {err.hint}"
     return text
@@ -131,35 +98,80 @@ def render(result: Result, fmt: str) -> str | None:
     return render_table(result)
 
 
+class _Script(Shell):
+    interactive = False
+
+    def __init__(self, session: Session, out: TextIO, err: TextIO, fmt: str):
+        super().__init__(session)
+        self.out, self.err, self.fmt = out, err, fmt
+        self.failed = False
+        self.first = True
+        self.where: Statement | None = None
+
+    def error(self, e: BaseException) -> None:
+        self.failed = True
+        if not isinstance(e, errors.Error):
+            e = errors.InternalError(f"internal error ({type(e).__name__})")
+        where = self.where
+        pointer = None if where is None or where.meta else caret(where.text, e.position, where.line)
+        self.err.write(format_error(e, pointer) + "\n")
+        if where is not None and pointer is None:
+            self.err.write(f"LINE {where.line}: {_first_line(where.text)}\n")
+        self.err.flush()
+
+    def info(self, text: str, style: str = "dim") -> None:
+        self.err.write(text + "\n")
+        self.err.flush()
+
+    def write_raw(self, text: str) -> None:
+        stream = self.output or self.out
+        stream.write(text)
+        stream.flush()
+
+    def show(self, result: Result) -> None:
+        if self.fmt == "table":
+            text = self.text_of(result)
+        else:
+            text = render(result, self.fmt)
+        if text is None:
+            return
+        stream = self.output or self.out
+        if not self.first and self.fmt != "json" and stream is self.out:
+            stream.write("\n")
+        if stream is self.out:
+            self.first = False
+        stream.write(text + "\n")
+        stream.flush()
+        if self.fmt == "table" and result.kind == "private":
+            self.info(result.status)
+
+    def run_sql(self, sql: str) -> Result | None:
+        try:
+            result = self.session.execute(sql)
+        except errors.Error as e:
+            self.error(e)
+            return None
+        if result.kind == "private":
+            self.last_private = result
+        self.show(result)
+        return result
+
+
 def run_script(session: Session, stream: TextIO, out: TextIO, err: TextIO, fmt: str = "table") -> int:
     """Run every statement of `stream` in `session`; print results to `out`, errors (and, in
     table format, each private result's cost line) to `err`. Return 1 if any statement failed."""
-    failed = False
-    first = True
-    for stmt in split_script(stream.read()):
-        try:
-            sql = meta_sql(stmt.text) if stmt.meta else stmt.text
-            if sql is None:
-                break
-            result = session.execute(sql)
-        except errors.Error as e:
-            failed = True
-            err.write(format_error(e) + "\n")
-            err.write(f"LINE {stmt.line}: {_first_line(stmt.text)}\n")
-            err.flush()
-            continue
-        text = render(result, fmt)
-        if text is None:
-            continue
-        if not first and fmt != "json":
-            out.write("\n")
-        first = False
-        out.write(text + "\n")
-        out.flush()
-        if fmt == "table" and result.kind == "private":
-            err.write(result.status + "\n")
-            err.flush()
-    return 1 if failed else 0
+    script = _Script(session, out, err, fmt)
+    try:
+        for stmt in split_script(stream.read()):
+            script.where = stmt
+            if stmt.meta:
+                if not script.meta(stmt.text):
+                    break
+            else:
+                script.statement(stmt.text)
+    finally:
+        script.close()
+    return 1 if script.failed else 0
 
 
 def _first_line(text: str) -> str:

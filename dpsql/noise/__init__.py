@@ -14,8 +14,17 @@ from dpsql.noise.rng import Rng, SecureRng, SeededRng, new_salt
 from dpsql.noise.samplers import bernoulli_exp, discrete_gaussian, discrete_laplace
 
 __all__ = [
-    "Rng", "SecureRng", "SeededRng", "new_salt",
-    "bernoulli_exp", "discrete_laplace", "discrete_gaussian",
-    "Laplace", "Gaussian", "AnalyticGaussian", "make_mechanism",
-    "analytic_gaussian_sigma", "gaussian_delta",
+    "AnalyticGaussian",
+    "Gaussian",
+    "Laplace",
+    "Rng",
+    "SecureRng",
+    "SeededRng",
+    "analytic_gaussian_sigma",
+    "bernoulli_exp",
+    "discrete_gaussian",
+    "discrete_laplace",
+    "gaussian_delta",
+    "make_mechanism",
+    "new_salt",
 ]

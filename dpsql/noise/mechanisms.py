@@ -52,9 +52,15 @@ from dpsql.noise.rng import Rng, SecureRng
 from dpsql.noise.samplers import discrete_gaussian, discrete_laplace
 
 __all__ = [
-    "Laplace", "Gaussian", "AnalyticGaussian", "make_mechanism",
-    "analytic_gaussian_sigma", "gaussian_delta", "ROUNDING_ALLOWANCE", "GRID_BITS",
     "DISCRETE_DELTA_MARGIN",
+    "GRID_BITS",
+    "ROUNDING_ALLOWANCE",
+    "AnalyticGaussian",
+    "Gaussian",
+    "Laplace",
+    "analytic_gaussian_sigma",
+    "gaussian_delta",
+    "make_mechanism",
 ]
 
 GRID_BITS = 40                  # the grid is 2**-40 of min(sensitivity, noise scale) or finer
@@ -310,6 +316,13 @@ class Laplace:
         noise = discrete_laplace(self._grid_scale, rng if rng is not None else SecureRng())
         return _unsnap(_snap(value, self._k) + noise, self._k)
 
+    @property
+    def rho(self) -> Fraction:
+        """Its zCDP cost, exactly: an epsilon-DP release is (epsilon^2 / 2)-zCDP (Bun & Steinke,
+        TCC 2016, Prop. 1.4); the grid Laplace is epsilon-DP (class docstring)."""
+        e = Fraction(self.epsilon)
+        return e * e / 2
+
     def params(self) -> dict:
         return {
             "mechanism": self.name, "sensitivity": self.sensitivity, "epsilon": self.epsilon,
@@ -374,11 +387,20 @@ class _GaussianBase:
                                   rng if rng is not None else SecureRng())
         return _unsnap(_snap(value, self._k) + noise, self._k)
 
+    @property
+    def rho(self) -> Fraction:
+        """Its zCDP cost, exactly: Δ_g^2 / (2 σ_g^2) for discrete Gaussian noise of σ_g grid units on
+        values that change by at most Δ_g grid units in L2 norm (Canonne, Kamath & Steinke 2020,
+        Thm 4; Thm 14 for independent noise on several values). Unlike the (epsilon, delta) claim,
+        this needs no margin for the grid: the zCDP of the discrete Gaussian is proven exactly."""
+        return Fraction(self._grid_sensitivity ** 2, 2 * self._grid_sigma ** 2)
+
     def params(self) -> dict:
         return {
             "mechanism": self.name, "sensitivity": self.sensitivity, "epsilon": self.epsilon,
             "delta": self.delta, "scale": self.sigma, "sigma": self.sigma,
             "grid_exponent": self._k, "grid_sensitivity": self._grid_sensitivity,
+            "grid_sigma": self._grid_sigma,
         }
 
 
@@ -481,3 +503,69 @@ def make_mechanism(kind: str, sensitivity: float, epsilon: float,
     if kind == "gaussian_classic":
         return Gaussian(sensitivity, epsilon, delta)
     raise InvalidSetting(f"mechanism must be one of {', '.join(sorted(_KINDS))}")
+
+
+# --- calibration to a zCDP cost ----------------------------------------------------------
+
+def rho_bound(kind: str, epsilon: float, delta: float = 0.0) -> float:
+    """An upper bound on the rho of ``make_mechanism(kind, Δ, epsilon, delta)`` for any Δ.
+
+    Laplace: exactly epsilon^2 / 2. Gaussian: 1 / (2 r^2) for the sigma/Δ ratio r the calibration
+    uses before the grid; the grid only rounds sigma up and the allowance is inside Δ_g, so
+    Δ_g^2 / (2 σ_g^2) <= 1 / (2 r^2)."""
+    epsilon = _positive(kind, "epsilon", epsilon)
+    if kind == "laplace":
+        return epsilon * epsilon / 2
+    if kind == "exponential":       # a quantile: epsilon-bounded range, so epsilon^2/8 (dpsql.noise.exponential)
+        return epsilon * epsilon / 8
+    delta = _probability(kind, "delta", delta)
+    if kind == "gaussian":
+        ratio = _analytic_grid_ratio(epsilon, delta)
+    elif kind == "gaussian_classic":
+        ratio = _classic_ratio(epsilon, delta)
+    else:
+        raise InvalidSetting(f"mechanism must be one of {', '.join(sorted(_KINDS))}")
+    return 0.5 / (ratio * ratio)
+
+
+def epsilon_for_rho(parts: tuple[tuple[str, float, float], ...], rho: float) -> float:
+    """The largest query epsilon (to relative 1e-6) at which the parts cost at most ``rho`` in total.
+
+    Each part is (kind, share, delta): the part gets epsilon * share (an even split gives every
+    part 1/parts) and, for Gaussians, the delta given. The total bound sum(rho_bound) increases
+    with epsilon; a fixed-point step (rho grows about as epsilon^2) brackets the answer, bisection
+    in log epsilon finishes it. Results are cached: a SET dpsql.rho costs this once per query shape."""
+    return _epsilon_for_rho(tuple(parts), float(rho))
+
+
+@lru_cache(maxsize=256)
+def _epsilon_for_rho(parts: tuple[tuple[str, float, float], ...], rho: float) -> float:
+    if not parts or not rho > 0 or not math.isfinite(rho):
+        raise InvalidSetting("rho must be finite and > 0")
+
+    def total(eps: float) -> float:
+        return sum(rho_bound(kind, eps * share, delta) for kind, share, delta in parts)
+
+    try:
+        eps = math.sqrt(2 * rho / sum(share * share for _, share, _ in parts))   # exact for Laplace
+        for _ in range(8):
+            got = total(eps)
+            if abs(got / rho - 1) < 1e-9:
+                break
+            eps *= math.sqrt(rho / got)
+        lo, hi = eps, eps
+        while total(lo) > rho:
+            lo /= 1.5
+        while total(hi) <= rho:
+            hi *= 1.5
+        for _ in range(60):                     # invariant: total(lo) <= rho < total(hi)
+            if hi - lo <= lo * 1e-7:
+                break
+            mid = math.sqrt(lo * hi)
+            if total(mid) <= rho:
+                lo = mid
+            else:
+                hi = mid
+    except (ArithmeticError, InvalidSetting):
+        raise InvalidSetting("rho is outside the range this query's mechanisms support") from None
+    return lo

@@ -26,7 +26,7 @@ from numbers import Rational
 
 from dpsql.noise.rng import Rng
 
-__all__ = ["bernoulli_exp", "discrete_laplace", "discrete_gaussian"]
+__all__ = ["bernoulli_exp", "discrete_gaussian", "discrete_laplace"]
 
 
 def _as_ratio(x: int | Fraction, name: str) -> tuple[int, int]:

@@ -6,7 +6,8 @@ Each file holds one statement after its header lines:
   -- xfail: why the checker currently accepts it              (known checker gaps)
 
 * every accept file is in the subset (grammar + side conditions) and the checker accepts it,
-  and it runs through the DB-API on DuckDB;
+  and it runs through the DB-API on DuckDB (the test policy's tables: people, staff_raw,
+  visits, notes linked to visits, and the public regions; see people_duckdb);
 * every reject file is outside the subset and the checker refuses it with QueryRejected
   naming the construct;
 * end to end through dpsql.connect on a DuckDB file: every reject file raises QueryRejected,
@@ -23,8 +24,8 @@ import pytest
 from lark.exceptions import LarkError
 
 import dpsql
-from dpsql.analysis.plan import QueryPlan
 from dpsql.analysis.parse import classify
+from dpsql.analysis.plan import QueryPlan
 from dpsql.errors import QueryRejected
 
 SECRET = "ZZSECRET"            # a data value that must never appear in a refusal
@@ -45,8 +46,8 @@ def _subset_problem(parser, conditions, sql: str) -> str | None:
 def test_corpus_sizes():
     from pathlib import Path
     root = Path(__file__).resolve().parents[1] / "corpus"
-    assert len(list((root / "accept").glob("*.sql"))) >= 25
-    assert len(list((root / "reject").glob("*.sql"))) >= 46
+    assert len(list((root / "accept").glob("*.sql"))) >= 50
+    assert len(list((root / "reject").glob("*.sql"))) >= 75
 
 
 def test_accept_file_headers(accept_case):
@@ -82,7 +83,7 @@ def test_refused_by_grammar_and_checker(reject_case, parser, conditions, checker
 # ----------------------------------------------------------------------------- end to end (DuckDB)
 
 @pytest.fixture(scope="module")
-def people_duckdb(tmp_path_factory) -> str:
+def people_duckdb(tmp_path_factory, regions) -> str:
     path = str(tmp_path_factory.mktemp("corpus") / "people.duckdb")
     con = duckdb.connect(path)
     con.execute("""CREATE TABLE people (person_id BIGINT, age INTEGER, income DOUBLE, state VARCHAR,
@@ -96,13 +97,28 @@ def people_duckdb(tmp_path_factory) -> str:
     con.execute("CREATE VIEW people_view AS SELECT * FROM people")
     con.execute("CREATE TABLE staff_raw (person_id BIGINT, salary DOUBLE)")
     con.execute(f"INSERT INTO staff_raw VALUES ({PRESENT}, 123456.0)")
+    # visits (several per person, the key visit_id unique), notes linked to visits, and the
+    # public table regions
+    con.execute("""CREATE TABLE visits (visit_id BIGINT PRIMARY KEY, person_id BIGINT, cost DOUBLE,
+                   kind VARCHAR, clinic VARCHAR, ward INTEGER, visited DATE)""")
+    visits = [(v, 1 + (v * 7) % 300, float(v % 900), ["lab", "exam", "consult"][v % 3],
+               ["North", "South", SECRET][v % 3], 1 + v % 4, dt.date(2023, 1, 1) + dt.timedelta(days=v % 365))
+              for v in range(1, 901)]
+    con.executemany("INSERT INTO visits VALUES (?, ?, ?, ?, ?, ?, ?)", visits)
+    con.execute("""CREATE TABLE notes (note_id BIGINT PRIMARY KEY, visit_id BIGINT, words INTEGER,
+                   topic VARCHAR, written DATE)""")
+    notes = [(n, 1 + (n * 11) % 900, n % 400, ["diet", "sleep", "pain"][n % 3],
+              dt.date(2023, 6, 1) + dt.timedelta(days=n % 100)) for n in range(1, 601)]
+    con.executemany("INSERT INTO notes VALUES (?, ?, ?, ?, ?)", notes)
+    con.execute("CREATE TABLE regions (state VARCHAR, region VARCHAR)")
+    con.executemany("INSERT INTO regions VALUES (?, ?)", list(regions))
     con.close()
     return path
 
 
 @pytest.fixture
-def connection(people_duckdb, tmp_path, make_policy):
-    conn = dpsql.connect(people_duckdb, policy=make_policy(tmp_path / "ledger.sqlite"), analyst="a")
+def connection(people_duckdb, tmp_path, make_corpus_policy):
+    conn = dpsql.connect(people_duckdb, policy=make_corpus_policy(tmp_path / "ledger.sqlite"), analyst="a")
     yield conn
     conn.close()
 
@@ -151,10 +167,10 @@ def test_accepted_end_to_end(accept_case, connection):
     "DATE '2020-W01-1' = DATE '2020-01-01'",           # failing constants are not folded
     "0.0000000000000000000000000000000000001 = 100",
 ])
-def test_no_error_oracle(test, people_duckdb, tmp_path, make_policy):
+def test_no_error_oracle(test, people_duckdb, tmp_path, make_corpus_policy):
     outcomes = []
     for who in (PRESENT, ABSENT):
-        conn = dpsql.connect(people_duckdb, policy=make_policy(tmp_path / f"ledger{who}.sqlite"), analyst="a")
+        conn = dpsql.connect(people_duckdb, policy=make_corpus_policy(tmp_path / f"ledger{who}.sqlite"), analyst="a")
         try:
             conn.cursor().execute(f"SELECT COUNT(*) FROM people WHERE person_id = {who} AND {test}")
             outcomes.append("released")

@@ -4,9 +4,16 @@ from __future__ import annotations
 import math
 
 import sqlglot
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from dpsql.analysis.reconstruction import CAP_CEILING, CAP_FLOOR, auto_cap, classify, population_key
+from dpsql.analysis.reconstruction import (
+    CAP_CEILING,
+    CAP_FLOOR,
+    auto_cap,
+    classify,
+    population_key,
+)
 from dpsql.policy import ColumnPolicy, TablePolicy
 
 TABLE = TablePolicy("people", "person_id", columns={"age": ColumnPolicy("age", 0, 120),

@@ -125,8 +125,44 @@ def test_numeric_column_pairs_are_cast_to_a_type_every_value_fits():
 
 
 def test_numeric_literals_stay_numeric_on_postgres():
-    """A NUMERIC column beyond 1e308 cannot be cast to float8: no DOUBLE casts there."""
+    """A NUMERIC column beyond 1e308 cannot be cast to float8: no column is cast there, and
+    literals met by integer or NUMERIC columns stay NUMERIC."""
     p = plan("n > 1.5 AND f < 2 AND i BETWEEN -1.5 AND 3 AND n IN (1, 2.25)", "postgres")
-    assert not list(p.where.find_all(exp.Cast))
+    casts = list(p.where.find_all(exp.Cast))
+    assert [c.this.this for c in casts] == ["2.0"]          # f's literal only, a constant (below)
+    assert not any(isinstance(c.this, exp.Column) for c in casts)
+
+
+@pytest.mark.parametrize("literal, value", [("1e-400", "0.0"), ("1e-50", "1e-50"), ("-1e-45", "-1e-45"),
+                                            ("5e-324", "5e-324"), ("999999999999999999", "1e+18")])
+def test_float_columns_meet_double_constants_on_postgres(literal, value):
+    """PostgreSQL would convert a NUMERIC literal to the float column's type (real inside an IN
+    list), failing on every run for 1e-400 or 1e-50 as real: the literal goes out as the double
+    Python computes, which cannot fail, and the real column is widened to it."""
+    for where in (f"f = {literal}", f"{literal} <= f", f"f IN ({literal}, 2)", f"f BETWEEN {literal} AND 3"):
+        casts = list(plan(where, "postgres").where.find_all(exp.Cast))
+        assert casts and all(c.to.this == exp.DataType.Type.DOUBLE and not isinstance(c.this, exp.Column)
+                             for c in casts), where
+        assert float(casts[0].this.sql()) == float(value)
     d = plan("n > 1.5 AND f < 2", "duckdb")
     assert {c.to.this for c in d.where.find_all(exp.Cast)} == {exp.DataType.Type.DOUBLE}
+
+
+def test_spark_timestamp_literals_go_out_as_timestamp_ntz():
+    """Spark converts a TIMESTAMP_NTZ column to TIMESTAMP, row by row, where it meets a TIMESTAMP
+    literal (overflowing west of UTC on its largest values): literals go out as TIMESTAMP_NTZ,
+    which a TIMESTAMP column converts instead (a constant). DATE literals stay DATE."""
+    p = plan("tz < TIMESTAMP '2020-01-01 00:00:00' AND ts IN (TIMESTAMP '9999-12-31 23:59:59') "
+             "AND tz BETWEEN DATE '2020-01-01' AND TIMESTAMP '2021-01-01 00:00:00'", "spark")
+    kinds = [c.to.this for c in p.where.find_all(exp.Cast)]
+    assert kinds.count(exp.DataType.Type.TIMESTAMPNTZ) == 3 and kinds.count(exp.DataType.Type.DATE) == 1
+    assert "TIMESTAMP_NTZ" in to_sql(p, "spark")
+
+
+def test_spark_refuses_two_columns_it_reports_as_timestamp():
+    """Spark's engine reports TIMESTAMP and TIMESTAMP_NTZ alike; one of each would be converted row by row."""
+    schema = Schema(columns={"x": {**TYPES["spark"], "d2": "TIMESTAMP", "d": "TIMESTAMP"}}, base_tables=frozenset({"x"}))
+    tree = classify("SELECT COUNT(*) FROM x WHERE d < d2", dialect="spark").tree
+    with pytest.raises(QueryRejected, match="TIMESTAMP"):
+        analyze(tree, POLICY, schema, SETTINGS, "spark")
+    plan("ts < tns", "spark")           # both TIMESTAMP_NTZ by name: one type, compared as they are

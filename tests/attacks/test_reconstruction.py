@@ -6,7 +6,6 @@ does not produce a false failure. The arguments are in the comments beside each 
 """
 from __future__ import annotations
 
-
 import json
 
 import duckdb
@@ -14,10 +13,8 @@ import numpy as np
 import pytest
 
 from dpsql.analysis.reconstruction import CAP_CEILING, auto_cap
-
 from dpsql.noise.rng import SeededRng
 from tests.conftest import benchmark_script
-
 
 
 @pytest.fixture(scope="module")

@@ -55,7 +55,10 @@ def db(tmp_path_factory):
 
 
 def _policy(tmp_path):
-    return {"budget": {"epsilon": 10.0, "delta": 1e-6, "ledger": str(tmp_path / "ledger.sqlite")},
+    # basic composition: the probe count below is budget / min_epsilon (under zCDP accounting it
+    # is rho_total / min_rho; tests/integration/test_zcdp.py checks that floor)
+    return {"budget": {"epsilon": 10.0, "delta": 1e-6, "ledger": str(tmp_path / "ledger.sqlite"),
+                       "accountant": "basic"},
             "defaults": {"epsilon": 0.01},
             "tables": {"patients": {"privacy_unit": "pid", "columns": {
                 "diagnosis": {"values": ["HIV", "flu"]}, "email": {},

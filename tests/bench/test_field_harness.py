@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 sys.path.insert(0, str(ROOT / "benchmarks" / "field"))
 
-import harness  # noqa: E402
+import harness
 
 
 def fixture(name: str) -> str:

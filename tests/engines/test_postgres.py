@@ -11,8 +11,7 @@ import pytest
 import dpsql
 from dpsql.engines.base import open_engine
 from dpsql.engines.postgres import PostgresEngine, _bind
-from dpsql.errors import EngineError, InterfaceError
-
+from dpsql.errors import EngineError, InterfaceError, QueryCanceled
 
 # -- parameters: no database needed
 
@@ -122,14 +121,15 @@ def test_engine_errors_never_quote_data(engine, caplog):
 def test_interrupt_and_timeout(pg, engine):
     threading.Timer(0.3, engine.interrupt).start()
     started = time.monotonic()
-    with pytest.raises(EngineError, match="cancelled"):
+    with pytest.raises(QueryCanceled, match="cancelled"):
         engine.run("SELECT pg_sleep(10)")
     assert time.monotonic() - started < 5
     assert engine.run("SELECT 2").rows == [(2,)]
     quick = PostgresEngine(pg, statement_timeout=0.2)
     try:
-        with pytest.raises(EngineError, match="statement timeout"):
+        with pytest.raises(QueryCanceled, match="statement timeout") as info:
             quick.run("SELECT pg_sleep(5)")
+        assert info.value.sqlstate == "57014"      # as PostgreSQL's own statement_timeout
     finally:
         quick.close()
 
@@ -202,3 +202,32 @@ def test_unreachable_server_is_an_interface_error_without_the_password():
     with pytest.raises(InterfaceError) as info:
         PostgresEngine("postgresql://x:sekrit@127.0.0.1:1/db", connect_timeout=2)
     assert "sekrit" not in str(info.value) and "127.0.0.1:1/db" in str(info.value)
+
+
+@pytest.mark.parametrize("expr", ["f / 3", "f / -(4)", "ABS(f) / 3", "f * 2 / 3", "(r + 0) / 3", "ROUND(f, 2) / 7",
+                                  "n * 1 / 3"])
+def test_division_of_tiny_values_cannot_fail_on_postgres(pg, expr, tmp_path):
+    """PostgreSQL's float8 division raises "value out of range: underflow" (5e-324 / 3): one row
+    would decide success or error. Expressions divide in NUMERIC, with a plain `/` (sqlglot's
+    untyped division would wrap the numerator in CAST(... AS DOUBLE PRECISION))."""
+    with psycopg.connect(pg, autocommit=True) as admin:
+        admin.execute("DROP TABLE IF EXISTS tiny")
+        admin.execute("CREATE TABLE tiny (pid bigint, f float8, r real, n numeric)")
+        admin.execute("INSERT INTO tiny SELECT g, CASE WHEN g % 2 = 0 THEN 5e-324 ELSE -2.2250738585072014e-308 END, "
+                      "CASE WHEN g % 2 = 0 THEN 1e-45 ELSE -1.2e-38 END, 1e-300 FROM generate_series(1, 40) g")
+    policy = {"budget": {"epsilon": 100.0, "delta": 1e-6, "ledger": str(tmp_path / "l.sqlite")},
+              "defaults": {"epsilon": 1.0, "mechanism": "laplace"}, "timing": {"quantum": 0, "floor": 0},
+              "tables": {"tiny": {"privacy_unit": "pid", "max_rows_per_unit": 1, "max_groups_per_unit": 1,
+                                  "columns": {"f": {"lower": -1, "upper": 1}, "r": {"lower": -1, "upper": 1},
+                                              "n": {"lower": -1, "upper": 1}}}}}
+    try:
+        with dpsql.connect(pg, policy=policy, analyst="alice") as conn:
+            from dpsql.rewrite import to_sql
+            assert "DOUBLE PRECISION) /" not in to_sql(conn.session.plan(f"SELECT SUM({expr}) FROM tiny"), "postgres")
+            cur = conn.cursor()
+            for sql in (f"SELECT SUM({expr}), AVG({expr}) FROM tiny", f"SELECT VAR_POP({expr}) FROM tiny"):
+                cur.execute(sql)
+                assert len(cur.fetchall()) == 1
+    finally:
+        with psycopg.connect(pg, autocommit=True) as admin:
+            admin.execute("DROP TABLE IF EXISTS tiny")

@@ -9,8 +9,8 @@ import pytest
 import dpsql
 from dpsql.engines.base import open_engine
 from dpsql.engines.spark import SparkEngine, is_path, master_of
-from dpsql.errors import EngineError, InterfaceError, QueryRejected
-from tests.conftest import SPARK_TARGET, export_parquet, policy_for
+from dpsql.errors import EngineError, InterfaceError, QueryCanceled, QueryRejected
+from tests.conftest import export_parquet, policy_for
 
 pytestmark = pytest.mark.spark
 
@@ -102,13 +102,14 @@ def test_clones_share_sources_and_interrupt_only_their_own_query(people_spark, p
     a = SparkEngine(people_spark)
     a.table_columns(parquet["visits"])
     b = a.clone()
-    slow = "SELECT COUNT(*) FROM range(0, 4000000000) WHERE xxhash64(id) % 7 = 3"
+    # hours of work on two cores: it cannot finish before the interrupt, however slow b's query is
+    slow = "SELECT COUNT(*) FROM range(0, 4000000000000) WHERE xxhash64(id) % 7 = 3"
     out: dict = {}
 
     def run(e, name, sql):
         try:
             out[name] = e.run(sql).rows
-        except EngineError as err:
+        except (EngineError, QueryCanceled) as err:
             out[name] = err
 
     try:
@@ -118,10 +119,12 @@ def test_clones_share_sources_and_interrupt_only_their_own_query(people_spark, p
         tb = threading.Thread(target=run, args=(b, "b", f"SELECT COUNT(*) FROM `{parquet['visits']}`"))
         tb.start()
         b.interrupt()              # nothing of b's is cancelled but its own (maybe finished) query
-        tb.join(60)
-        a.interrupt()
+        time.sleep(1)
+        assert ta.is_alive()       # b's interrupt left a's query running
+        a.interrupt()              # (b's query may wait behind a's job for the executors until now)
         ta.join(60)
-        assert isinstance(out["a"], EngineError) and "cancelled" in str(out["a"])
+        tb.join(60)
+        assert isinstance(out["a"], QueryCanceled) and "cancelled" in str(out["a"])
         assert b.run(f"SELECT COUNT(*) FROM `{parquet['visits']}`").rows[0][0] > 0
         assert a.run("SELECT 1").rows == [(1,)]
     finally:

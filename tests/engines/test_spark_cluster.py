@@ -109,7 +109,7 @@ _CHILD = textwrap.dedent("""
         plan = session.plan("SELECT kind, COUNT(*) FROM visits GROUP BY kind")
         tree = exp.maybe_parse(to_sql(plan, "spark"), dialect="spark")
         inner = tree.find(exp.Subquery).this
-        inner.select(exp.alias_(exp.column("person_id"), "_pid"), copy=False)
+        inner.select(exp.alias_(exp.column("_u"), "_pid"), copy=False)
         m = plan.measures[0].name
         check = (f"SELECT MAX(groups), MAX(kept), MAX(raw) FROM (SELECT _pid, COUNT(*) AS groups, "
                  f"MAX(LEAST({m}, {plan.table.max_rows_per_unit})) AS kept, MAX({m}) AS raw "
@@ -129,7 +129,7 @@ def test_core_cases_on_a_standalone_cluster(cluster, people_db, tmp_path):
     pol["tables"].pop("people_pk")
     columns = dict(pol["tables"]["visits"]["columns"], kind={})     # no public domain: partition selection
     pol["tables"]["visits"] = dict(pol["tables"]["visits"], columns=columns)
-    run = subprocess.run([sys.executable, "-c", _CHILD, url, json.dumps(pol)], cwd=ROOT, env=env,
+    run = subprocess.run([sys.executable, "-c", _CHILD, url, json.dumps(pol, default=str)], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600)
     line = [x for x in run.stdout.splitlines() if x.startswith("RESULT ")]
     assert run.returncode == 0 and line, run.stderr[-3000:]

@@ -40,18 +40,20 @@ def test_budget_lists_every_analyst_with_their_spending(runner, people_db, polic
     res = runner.invoke(cli, ["budget", "--policy", str(policy_file), "--format", "json"])
     assert res.exit_code == 0, res.output
     rows = {r["analyst"]: r for r in json.loads(res.stdout)["rows"]}
-    assert rows == {
+    assert rows == {   # basic composition (policy_for); rho is recorded all the same: epsilon^2 / 2 per Laplace query
         "alice": {"analyst": "alice", "epsilon_spent": 1.5, "epsilon_remaining": 98.5, "delta_spent": 0.0,
-                  "delta_remaining": 1e-6, "queries": 2},
+                  "delta_remaining": 1e-6, "queries": 2, "rho_spent": 0.625, "rho_remaining": None,
+                  "accountant": "basic"},
         "bob": {"analyst": "bob", "epsilon_spent": 2.5, "epsilon_remaining": 97.5, "delta_spent": 0.0,
-                "delta_remaining": 1e-6, "queries": 1},
+                "delta_remaining": 1e-6, "queries": 1, "rho_spent": 3.125, "rho_remaining": None,
+                "accountant": "basic"},
     }
     res = runner.invoke(cli, ["budget", "-p", str(policy_file)])
     lines = res.stdout.splitlines()
     assert lines[0].split(" | ")[0].strip() == "analyst" and "queries" in lines[0]
     assert lines[2].startswith("alice") and lines[3].startswith("bob") and "(2 rows)" in res.stdout
     res = runner.invoke(cli, ["budget", "-p", str(policy_file), "--format", "csv"])
-    assert res.stdout.splitlines()[1] == "alice,1.5,98.5,0.0,1e-06,2"
+    assert res.stdout.splitlines()[1] == "alice,1.5,98.5,0.0,1e-06,2,0.625,,basic"
 
 
 def test_budget_without_a_ledger_is_empty_and_creates_nothing(runner, policy_file, tmp_path):
@@ -113,13 +115,13 @@ def test_policy_check_against_a_database(runner, people_db, policy_file, tmp_pat
     assert res.exit_code == 0, res.output
     assert res.stdout.startswith(f"OK: {policy_file}: 3 protected tables")
     assert not (tmp_path / "ledger.sqlite").exists()                    # no session, no ledger
-    text = policy_file.read_text().replace("visit_date = {}", "visit_day = {}")
+    text = policy_file.read_text().replace("visit_date = {", "visit_day = {")
     text = text.replace('sex = { values = ["F", "M"] }', "sex = { values = [1, 2] }", 1)
     policy_file.write_text(text)
     res = runner.invoke(cli, ["policy", "check", str(policy_file), "-d", people_db])
     assert res.exit_code == 1
     assert f"line {_line_of(policy_file, 'visit_day')}: tables.visits.columns.visit_day: no such column" in res.stdout
-    policy_file.write_text(text.replace("visit_day = {}", "visit_date = {}"))
+    policy_file.write_text(text.replace("visit_day = {", "visit_date = {"))
     res = runner.invoke(cli, ["policy", "check", str(policy_file), "-d", people_db])
     assert res.exit_code == 1
     assert f"line {_line_of(policy_file, 'values = [1, 2]')}: tables.people.columns.sex:" in res.stdout

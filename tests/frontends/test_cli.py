@@ -22,7 +22,9 @@ def test_query_on_demo_prints_noisy_table(runner):
     lines = res.stdout.splitlines()
     assert lines[0].split("|")[0].strip() == "sex" and "±" in lines[2]
     assert "(2 rows)" in res.stdout
-    assert "remaining epsilon 9.5" in res.stderr
+    # the demo: zCDP accounting, Gaussian noise, each query calibrated to rho 0.05
+    assert "rho charged 0.05 (this query alone: epsilon " in res.stderr
+    assert "remaining rho 1.489 of 1.539" in res.stderr
 
 
 def test_query_json_and_csv(runner):
@@ -90,7 +92,7 @@ def test_script_mode_runs_every_statement_and_reports_the_failure(runner):
     assert res.stdout.count("(1 row)") == 1 and "(2 rows)" in res.stdout     # both good ones ran
     assert "ERROR: SELECT * is not allowed" in res.stderr and "[42501]" in res.stderr
     assert "HINT:" in res.stderr and "LINE 3: SELECT * FROM people" in res.stderr
-    assert res.stderr.count("epsilon charged") == 2                          # status of each private result
+    assert res.stderr.count("rho charged") == 2                              # status of each private result
     assert "Traceback" not in res.output
 
 
@@ -99,8 +101,9 @@ def test_script_mode_all_good_exits_0_and_meta_commands(runner):
               "\\explain SELECT COUNT(*) FROM people\n/* ; */ -- ;\n")
     res = runner.invoke(cli, ["repl"], input=script)
     assert res.exit_code == 0, res.output
-    assert "epsilon_remaining" in res.stdout and "rewritten_sql" in res.stdout
-    assert "epsilon charged 1;" in res.stderr and "remaining epsilon 9" in res.stderr
+    assert "epsilon_remaining" in res.stdout and "rho_remaining" in res.stdout and "rewritten_sql" in res.stdout
+    assert "(this query alone: epsilon 1, delta 1e-08)" in res.stderr and "remaining rho 1.5" in res.stderr
+    assert "budget_left" in res.stdout
     assert "ERROR" not in res.output
 
 
@@ -134,8 +137,9 @@ def test_repl_on_a_terminal_runs_the_interactive_prompt(runner, monkeypatch, tmp
     from dpsql.frontends import cli as cli_module
     seen = {}
 
-    def run(session, history):
+    def run(session, history, ascii=False):
         seen["analyst"], seen["history"] = session.analyst, str(history)
+        seen["ascii"] = ascii
         return 3
 
     fake = types.ModuleType("dpsql.frontends.repl")
@@ -145,9 +149,9 @@ def test_repl_on_a_terminal_runs_the_interactive_prompt(runner, monkeypatch, tmp
     monkeypatch.setattr(cli_module, "_stdin_is_tty", lambda: True)
     res = runner.invoke(cli, ["repl"])
     assert res.exit_code == 3, res.output
-    assert seen == {"analyst": "analyst", "history": str(tmp_path / "home" / "history")}
-    res = runner.invoke(cli, ["repl", "--history", str(tmp_path / "h")])
-    assert seen["history"] == str(tmp_path / "h")
+    assert seen == {"analyst": "analyst", "history": str(tmp_path / "home" / "history"), "ascii": False}
+    res = runner.invoke(cli, ["repl", "--history", str(tmp_path / "h"), "--ascii"])
+    assert seen["history"] == str(tmp_path / "h") and seen["ascii"] is True
 
 
 def test_query_does_not_import_the_repl():
@@ -177,8 +181,8 @@ def test_explain_shows_the_rewrite_and_charges_nothing(runner):
     assert "rewritten_sql" in res.stdout and "SELECT" in res.stdout and "charge" in res.stdout
     res = runner.invoke(cli, ["explain", "EXPLAIN DP SELECT COUNT(*) FROM people", "--format", "json"])
     assert res.exit_code == 0, res.output
-    items = [r["item"] for r in json.loads(res.stdout)["rows"]]
-    assert "rewritten_sql" in items
+    facts = [r["fact"] for r in json.loads(res.stdout)["rows"]]
+    assert "rewritten_sql" in facts and "charge: total" in facts
     res = runner.invoke(cli, ["budget", "--format", "json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["rows"] == []                                # nobody was charged
@@ -191,7 +195,7 @@ def test_explain_refusal_and_own_database(runner, people_db, tmp_path):
     assert res.exit_code == 1 and "[42501]" in res.output and "Traceback" not in res.output
     pol = tmp_path / "p.toml"
     pol.write_text(policy_toml(policy_for(tmp_path)))
-    res = runner.invoke(cli, ["explain", people_db, "SELECT SUM(income) FROM people", "-p", str(pol), "-a", "zoe",
+    res = runner.invoke(cli, ["explain", people_db, "EXPLAIN DP (WIDE) SELECT SUM(income) FROM people", "-p", str(pol), "-a", "zoe",
                               "-e", "2", "--format", "json"])
     assert res.exit_code == 0, res.output
     rows = {r["item"]: r for r in json.loads(res.stdout)["rows"]}

@@ -37,22 +37,23 @@ def test_session_in_a_terminal(repl):
     repl.expect_exact("analyst->")
     repl.sendline("FROM people GROUP BY state;")
     repl.expect_exact("±")
-    repl.expect_exact("epsilon charged 0.5; remaining epsilon 9.5")
+    repl.expect_exact("rho charged 0.05 (this query alone: epsilon ")   # the demo: zCDP, rho 0.05 a query
+    repl.expect_exact("remaining rho 1.489 of 1.539")
     repl.expect_exact(PROMPT)
 
     _run(repl, "\\chart", "CA ")
     bars = [line for line in repl.before.splitlines() if "█" in line]
     assert len(bars) == 8, repl.before
 
-    _run(repl, "\\budget", "epsilon_spent")
-    assert "0.5" in repl.before
+    _run(repl, "\\budget", "rho_spent")
+    assert "0.05" in repl.before and "zcdp" in repl.before
 
     _run(repl, "\\explain SELECT COUNT(*) FROM people;", "rewritten_sql")
-    _run(repl, "\\budget", "epsilon_spent")
-    assert "9.5" in repl.before and "0.5" in repl.before      # EXPLAIN charged nothing
+    _run(repl, "\\budget", "rho_spent")
+    assert "1.489" in repl.before and "0.05" in repl.before     # EXPLAIN charged nothing
 
     _run(repl, "SELECT * FROM people;", "ERROR:")
-    _run(repl, "SHOW dpsql.epsilon;", "0.5")                      # the loop goes on
+    _run(repl, "SHOW dpsql.rho;", "0.05")                         # the loop goes on
 
     repl.sendeof()
     repl.expect(pexpect.EOF)
@@ -66,16 +67,33 @@ def test_tab_completion_and_ctrl_c(repl):
     esc = r"(\x1b\[[0-9;?]*[A-Za-z])*"
     repl.expect(f"p{esc}l{esc}e")       # the completed rest of the word, however the terminal draws it
     repl.sendline(";")                  # and the query runs: `FROM peo` would be refused
-    repl.expect_exact("remaining epsilon 9.5")
+    repl.expect_exact("remaining rho 1.489")
     repl.expect_exact(PROMPT)
 
     repl.send("SELECT garbage")
     repl.sendintr()                                              # Ctrl-C clears the line
     repl.expect_exact(PROMPT)
-    _run(repl, "\\budget", "epsilon_spent")
+    _run(repl, "\\budget", "rho_spent")
     assert "Traceback" not in repl.before
 
     repl.sendeof()
+    repl.expect(pexpect.EOF)
+    repl.close()
+    assert repl.exitstatus == 0
+
+
+def test_psql_habits_in_a_terminal(repl):
+    repl.send("SELECT COUNT(*) FROM people WHERE incom")     # that table's column, not a keyword
+    repl.send("\t")
+    esc = r"(\x1b\[[0-9;?]*[A-Za-z])*"
+    repl.expect(f"m{esc}e")                                  # the completed rest: income
+    repl.sendline(" > 0;")
+    repl.expect_exact("rho charged")
+    repl.expect_exact(PROMPT)
+    _run(repl, "\\d people", "privacy unit")
+    _run(repl, "SHOW TABLES;", "protected table")
+    _run(repl, "\\x", "Expanded display is on.")
+    repl.sendline("quit")                                    # as psql 11+
     repl.expect(pexpect.EOF)
     repl.close()
     assert repl.exitstatus == 0

@@ -55,12 +55,51 @@ def test_cancel_stops_a_running_query_and_keeps_the_charge(tmp_path, big):
     conn.session.cancel()
     worker.join(30)
     assert not worker.is_alive()
-    assert isinstance(outcome.get("error"), dpsql.EngineError), outcome
+    assert isinstance(outcome.get("error"), dpsql.QueryCanceled), outcome
     assert "cancelled" in str(outcome["error"])
     assert time.monotonic() - started < 20
     cur.execute("SHOW dpsql.budget")
     spent = dict(zip([d[0] for d in cur.description], cur.fetchone()))["epsilon_spent"]
     assert spent == pytest.approx(0.1)        # charged before it ran; the charge stays
     cur.execute("SELECT COUNT(*) FROM t WHERE x < 3")   # the connection is still usable
+    assert cur.fetchone()[0] > 0
+    conn.close()
+
+
+class _CancelAround:
+    """An engine that lets a cancel arrive just before it starts the query, or just after it
+    finished (the windows an engine's own interrupt would miss)."""
+
+    def __init__(self, inner, session, when: str):
+        self.inner, self.session, self.when = inner, session, when
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def run(self, sql, params=None, **checks):
+        if self.when == "before":
+            self.session.cancel()
+        rows = self.inner.run(sql, params, **checks)
+        if self.when == "after":
+            self.session.cancel()
+        return rows
+
+
+@pytest.mark.parametrize("when, charged", [("before", 0.0), ("after", 0.5)])
+def test_a_cancel_the_engine_would_miss_is_kept_for_the_statement(people_db, tmp_path, when, charged):
+    """Before the engine starts: nothing is charged. After it finished, before release: the
+    charge stays and nothing is released. Either way the next statement runs normally."""
+    from tests.conftest import policy_for
+    conn = dpsql.connect(people_db, policy=policy_for(tmp_path), analyst="a")
+    session = conn.session
+    inner = session.engine
+    session.engine = _CancelAround(inner, session, when)
+    cur = conn.cursor()
+    cur.execute("SET dpsql.epsilon = 0.5")
+    with pytest.raises(dpsql.QueryCanceled, match="cancelled"):
+        cur.execute("SELECT COUNT(*) FROM people")
+    assert session.spending().epsilon_spent == pytest.approx(charged)
+    session.engine = inner
+    cur.execute("SELECT COUNT(*) FROM people")
     assert cur.fetchone()[0] > 0
     conn.close()

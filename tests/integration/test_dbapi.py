@@ -164,7 +164,7 @@ def test_budget_exhaustion_releases_nothing(tmp_path, target):
 def test_explain_dp_charges_nothing_and_shows_the_split(conn):
     cur = conn.cursor()
     before = spent(cur)
-    cur.execute("EXPLAIN DP SELECT kind, SUM(cost), COUNT(*) FROM visits GROUP BY kind")
+    cur.execute("EXPLAIN DP (WIDE) SELECT kind, SUM(cost), COUNT(*) FROM visits GROUP BY kind")
     rows = {(r[0], r[1]): r for r in cur.fetchall()}
     assert spent(cur) == before
     s = rows[("value", "SUM(cost)")]
@@ -173,7 +173,7 @@ def test_explain_dp_charges_nothing_and_shows_the_split(conn):
     assert rows[("value", "COUNT(*)")][3] == 10
     assert rows[("charge", "total")][4] == 0.5
     sql = rows[("rewritten_sql", None)][8]
-    assert "ROW_NUMBER() OVER (PARTITION BY person_id" in sql
+    assert "ROW_NUMBER() OVER (PARTITION BY _u" in sql and "visits.person_id AS _u" in sql
     assert {"duckdb": "$salt", "postgres": "%(salt)s", "spark": ":salt"}[conn.session.engine.dialect] in sql
 
 
@@ -236,7 +236,7 @@ def test_partition_selection_hides_small_groups(conn, people_db):
     assert all(sizes[d] > 20 for d in released)
     assert cur.cost.delta > 0
     cur.execute("EXPLAIN DP SELECT visit_date, COUNT(*) FROM visits GROUP BY visit_date")
-    assert any(r[0] == "partition_selection" for r in cur.fetchall())
+    assert any(r[0].startswith("partition_selection") for r in cur.fetchall())
 
 
 def test_having_order_limit_on_noisy_values(conn):
@@ -265,7 +265,7 @@ def test_avg_is_clamped_to_bounds_and_near_truth(conn, people_db):
 def test_refusal_leaves_connection_usable_and_charges_nothing(conn):
     cur = conn.cursor()
     before = spent(cur)
-    for bad in ["SELECT MIN(age) FROM people", "SELECT COUNT(*) FROM people; SELECT 1",
+    for bad in ["SELECT MIN(state) FROM people", "SELECT COUNT(*) FROM people; SELECT 1",
                 "DROP TABLE people", "SELEC COUNT(*) FROM people", "", "SELECT COUNT(*) FROM people WHERE nope > 1"]:
         try:
             cur.execute(bad)
@@ -374,11 +374,11 @@ def test_having_is_not_null_keeps_its_negation(conn):
 def test_explain_dp_shows_subset_selection(conn):
     cur = conn.cursor()
     before = spent(cur)
-    cur.execute("EXPLAIN DP SELECT COUNT(*) FROM people WHERE person_id IN (4, 8, 15) AND age > 30")
+    cur.execute("EXPLAIN DP (WIDE) SELECT COUNT(*) FROM people WHERE person_id IN (4, 8, 15) AND age > 30")
     rows = {r[0]: r for r in cur.fetchall()}
     assert rows["subset_selection"][1] == "flagged"
     assert "in_list of 3 values" in rows["subset_selection"][8] and "age > 30" in rows["subset_selection"][8]
-    cur.execute("EXPLAIN DP SELECT COUNT(*) FROM people WHERE age > 30")
+    cur.execute("EXPLAIN DP (WIDE) SELECT COUNT(*) FROM people WHERE age > 30")
     rows = {r[0]: r for r in cur.fetchall()}
     assert rows["subset_selection"][1] == "none"
     assert spent(cur) == before

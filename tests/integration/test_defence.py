@@ -73,9 +73,8 @@ def test_the_cap_is_kept_across_connections(target, tmp_path):
     pol = policy_for(tmp_path, reconstruction={"max_subset_queries": 1})
     with connect(target, pol) as conn:
         conn.cursor().execute(SUBSET)
-    with connect(target, pol) as conn:
-        with pytest.raises(dpsql.QueryRejected):
-            conn.cursor().execute("SELECT COUNT(*) FROM people WHERE person_id IN (4, 5)")
+    with connect(target, pol) as conn, pytest.raises(dpsql.QueryRejected):
+        conn.cursor().execute("SELECT COUNT(*) FROM people WHERE person_id IN (4, 5)")
     with connect(target, pol, analyst="bob") as conn:          # per analyst
         conn.cursor().execute("SELECT COUNT(*) FROM people WHERE person_id IN (4, 5)")
 
@@ -139,9 +138,8 @@ def test_a_zero_lifetime_turns_the_cache_off_and_a_short_one_expires(target, tmp
 
 def test_a_flagged_query_refused_for_budget_is_audited(target, tmp_path):
     pol = policy_for(tmp_path, epsilon=0.5)
-    with connect(target, pol) as conn:
-        with pytest.raises(dpsql.BudgetExhausted):
-            conn.cursor().execute(SUBSET)          # 0.5 + surcharge 0.5 > 0.5
+    with connect(target, pol) as conn, pytest.raises(dpsql.BudgetExhausted):
+        conn.cursor().execute(SUBSET)          # 0.5 + surcharge 0.5 > 0.5
     (record,) = audit(pol)
     assert record["event"] == "subset_refused" and record["reason"] == "53000"
 
@@ -151,13 +149,13 @@ def test_explain_dp_shows_the_surcharge_the_series_and_the_cache(target, tmp_pat
     with connect(target, pol) as conn:
         cur = conn.cursor()
         eps = cur.execute("SHOW dpsql.epsilon").fetchone()[0]
-        rows = {r[0]: r for r in cur.execute("EXPLAIN DP " + SUBSET).fetchall()}
+        rows = {r[0]: r for r in cur.execute("EXPLAIN DP (WIDE) " + SUBSET).fetchall()}
         assert rows["surcharge"][4] == pytest.approx(eps) and rows["charge"][4] == pytest.approx(2 * eps)
         assert rows["subset_series"][1] == "0 of 3 answered" and "cache" not in rows
         cur.execute(SUBSET)
-        rows = {r[0]: r for r in cur.execute("EXPLAIN DP " + SUBSET).fetchall()}
+        rows = {r[0]: r for r in cur.execute("EXPLAIN DP (WIDE) " + SUBSET).fetchall()}
         assert rows["subset_series"][1] == "1 of 3 answered" and rows["cache"][4] == 0.0
-        rows = {r[0]: r for r in cur.execute("EXPLAIN DP " + PLAIN).fetchall()}
+        rows = {r[0]: r for r in cur.execute("EXPLAIN DP (WIDE) " + PLAIN).fetchall()}
         assert "surcharge" not in rows and "subset_series" not in rows
         assert rows["charge"][4] == pytest.approx(eps)
     assert [r["event"] for r in audit(pol)] == ["subset_charged"]      # EXPLAIN is not a query

@@ -33,6 +33,6 @@ def test_golden_rewrite_runs_on_its_engine(path, people_db, request):
         for salt in (1, 2**63 - 1):
             rows = engine.run(sql, {SALT: salt} if placeholder in sql else None)
             assert rows.rows, f"{path.name}: no groups"
-            assert all(v is not None for r in rows.rows for v in r[sum(c.startswith("_g") for c in rows.columns):])
+            assert all(v is not None for r in rows.rows for v in r[sum(c.startswith("_k") for c in rows.columns):])
     finally:
         engine.close()

@@ -8,7 +8,7 @@ import duckdb
 import pytest
 
 import dpsql
-from dpsql.rewrite import contribution
+from dpsql.rewrite import GENERAL, SALT, rewrite
 from dpsql.session import Session
 from tests.conftest import ENGINES, SPARK_TARGET, copy_to_postgres, export_parquet
 
@@ -22,7 +22,7 @@ def _drop_schema(dsn: str, schema: str) -> None:
 def _run(session: Session, tree, salt: int) -> list[tuple]:
     dialect = session.engine.dialect
     sql = tree.sql(dialect, comments=False)
-    rows = session.engine.run(sql, {"salt": salt} if contribution.SALT in sql else None).rows
+    rows = session.engine.run(sql, {"salt": salt} if SALT in sql else None).rows
     return sorted(rows, key=lambda r: tuple(str(v) for v in r))
 
 
@@ -37,9 +37,10 @@ def test_units_only_shape_equals_the_general_rewrite(conn, sql, salt):
     plan = session.plan(sql)
     assert plan.units_only
     dialect = session.engine.dialect
-    special = contribution.units_only(plan, dialect)    # ARG_MIN / MIN_BY / DISTINCT ON for one group
-    assert special is not None
-    assert _run(session, special, salt) == _run(session, contribution.bounded(plan, dialect), salt)
+    special = rewrite(plan, dialect)                    # COUNT(DISTINCT), ARG_MIN / MIN_BY / DISTINCT ON
+    general = rewrite(plan, dialect, GENERAL)
+    assert special.sql(dialect) != general.sql(dialect)
+    assert _run(session, special, salt) == _run(session, general, salt)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -64,7 +65,7 @@ def test_exact_clamps_hold_at_a_bound_doubles_cannot_scale_exactly(tmp_path, eng
     session = conn.session
     plan = session.plan("SELECT SUM(x) FROM t")
     m = plan.measures[0]
-    rows = _run(session, contribution.bounded(plan, session.engine.dialect), 1)
+    rows = _run(session, rewrite(plan, session.engine.dialect, GENERAL), 1)
     total = Fraction(rows[0][0]) / m.divisor
     assert total <= 100 * m.hi                 # each row within the (outward) bound the sensitivity uses
     assert m.hi >= Fraction(hi)

@@ -44,7 +44,8 @@ def test_charge_and_spending(ledger):
     first = charge(ledger, epsilon=0.1)
     second = charge(ledger, epsilon=0.2, delta=1e-7)
     assert second > first
-    assert spent(ledger) == Spending("ann", 0.3, 2.7, 1e-7, 9e-7, 3.0, 1e-6)   # 0.1 + 0.2 is exactly 0.3
+    # 0.1 + 0.2 is exactly 0.3; rho is recorded under basic too (generic: epsilon^2 / 2 each)
+    assert spent(ledger) == Spending("ann", 0.3, 2.7, 1e-7, 9e-7, 3.0, 1e-6, "basic", 0.025)
     assert spent(ledger, "bob").epsilon_spent == 0.0
 
 
@@ -147,6 +148,7 @@ def test_params_round_trip_and_charge_rows(ledger):
 
 def test_numpy_values_are_accepted():
     import numpy as np
+
     from dpsql.ledger import _amount, _encode_params
     assert _amount("epsilon", np.float64(0.1)) == Decimal("0.1")
     assert json.loads(_encode_params("m", {"k": np.int64(-40), "s": np.float64(0.5)})) == {"k": -40, "s": 0.5}

@@ -139,7 +139,7 @@ def test_a_version_1_ledger_is_migrated_in_place(tmp_path):
         led.remember("ann", "k", "x", 60)
         assert led.spending("ann", **BUDGET).epsilon_spent == 1.5
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
 
 
 def test_a_cache_write_leaves_charges_fully_synchronous(ledger):

@@ -118,7 +118,7 @@ def test_analytic_mechanism_satisfies_balle_wang(epsilon, delta):
 @pytest.mark.parametrize("delta", [1e-12, 3e-12, 1e-9, 1e-6, 1e-3, 0.1])
 def test_analytic_sigma_is_smallest_exactly(epsilon, delta):
     """Against 60-digit arithmetic: sigma satisfies the inequality, sigma*(1-1e-6) does not."""
-    import mpmath   # test extra: 60-digit reference arithmetic
+    import mpmath  # test extra: 60-digit reference arithmetic
     mpmath.mp.dps = 60
 
     def exact_delta(sigma: float) -> mpmath.mpf:
@@ -223,7 +223,7 @@ def test_release_defaults_to_secure_rng():
 
 def test_release_same_seed_same_output_for_all_exact_types():
     m = Laplace(1.0, 0.5)
-    outs = {m.release(v, SeededRng(3)) for v in (3, 3.0, Decimal("3"), Fraction(3))}
+    outs = {m.release(v, SeededRng(3)) for v in (3, 3.0, Decimal(3), Fraction(3))}
     assert len(outs) == 1
 
 

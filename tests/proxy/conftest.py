@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from dpsql.errors import EngineError
+from dpsql.errors import QueryCanceled
 from dpsql.frontends.pgwire.auth import make_verifier
 from dpsql.frontends.pgwire.server import ServerThread
 from dpsql.session import Backend
@@ -38,15 +38,20 @@ class SlowEngine:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def run(self, sql, params=None):
-        self._cancel.clear()
-        self.running.set()
-        try:
-            if self._cancel.wait(self.delay):
-                raise EngineError("the query was cancelled")
-        finally:
-            self.running.clear()
-        return self.inner.run(sql, params)
+    def run(self, sql, params=None, *, before=None, **checks):
+        """The wait comes after the budget is charged (inside the engine's transaction, where a
+        real query's work is), so a cancelled slow query has been charged."""
+        def charge_then_wait():
+            if before is not None:
+                before()
+            self._cancel.clear()
+            self.running.set()
+            try:
+                if self._cancel.wait(self.delay):
+                    raise QueryCanceled("canceling statement due to user request: the query was cancelled")
+            finally:
+                self.running.clear()
+        return self.inner.run(sql, params, before=charge_then_wait, **checks)
 
     def interrupt(self) -> None:
         if self.running.is_set():
@@ -130,6 +135,6 @@ def recv_all(sock: socket.socket, timeout: float = 5.0) -> bytes:
             if not chunk:
                 break
             out += chunk
-    except (socket.timeout, ConnectionError):
+    except (TimeoutError, ConnectionError):
         pass
     return out

@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 
+import asyncpg
 import pytest
 
 from tests.proxy.conftest import PASSWORD
-
-import asyncpg  # noqa: E402 - the test extra installs it
 
 
 def run(coro):

@@ -100,9 +100,10 @@ def test_jdbc_database_metadata(proxy, tmp_path):
 
 
 def test_sqlalchemy_inspect_and_pandas(proxy):
+    from urllib.parse import quote
+
     import pandas as pd
     import sqlalchemy as sa
-    from urllib.parse import quote
     engine = sa.create_engine(f"postgresql+psycopg://alice:{quote(PASSWORD)}@127.0.0.1:{proxy.port}/test"
                               "?sslmode=disable")
     try:

@@ -8,9 +8,21 @@ from decimal import Decimal
 
 import pytest
 
-from dpsql.errors import AuthenticationFailed, ProtocolViolation
+from dpsql.errors import (
+    AuthenticationFailed,
+    InvalidBinaryRepresentation,
+    InvalidTextRepresentation,
+    NotSupportedError,
+    ProgramLimitExceeded,
+    ProtocolViolation,
+)
 from dpsql.frontends.pgwire import codec
-from dpsql.frontends.pgwire.auth import ScramClient, ScramServer, make_verifier, parse_verifier
+from dpsql.frontends.pgwire.auth import (
+    ScramClient,
+    ScramServer,
+    make_verifier,
+    parse_verifier,
+)
 from dpsql.frontends.pgwire.types import infer_param_oids, param_count, pg_type
 
 
@@ -31,7 +43,7 @@ def test_cancel_request():
 
 
 def test_protocol_2_is_refused_with_0A000():
-    with pytest.raises(ProtocolViolation, match="unsupported frontend protocol 2.0") as err:
+    with pytest.raises(NotSupportedError, match="unsupported frontend protocol 2.0") as err:
         codec.parse_startup(struct.pack("!i", 2 << 16) + b"user\0a\0\0")
     assert err.value.sqlstate == "0A000"
 
@@ -57,8 +69,9 @@ def test_decoder_frames_split_and_joined_messages():
 def test_decoder_refuses_oversized_and_negative_lengths():
     d = codec.Decoder(max_message_bytes=1024)
     d.feed(b"Q" + struct.pack("!i", 5000))
-    with pytest.raises(ProtocolViolation, match="exceeds the limit"):
+    with pytest.raises(ProgramLimitExceeded, match="exceeds the limit") as err:
         d.next()
+    assert err.value.sqlstate == "54000"
     d = codec.Decoder()
     d.feed(b"Q" + struct.pack("!i", 2))
     with pytest.raises(ProtocolViolation):
@@ -162,11 +175,12 @@ def test_text_params_decode_by_oid():
     assert codec.decode_param(b"2024-01-02", 1082, 0) == dt.date(2024, 1, 2)
     assert codec.decode_param(b"CA", 0, 0) == "CA"
     assert codec.decode_param(None, 23, 0) is None
-    with pytest.raises(ProtocolViolation) as err:
+    with pytest.raises(InvalidTextRepresentation) as err:
         codec.decode_param(b"thirty", 23, 0)
     assert err.value.sqlstate == "22P02"
-    with pytest.raises(ProtocolViolation):
+    with pytest.raises(InvalidBinaryRepresentation) as err:
         codec.decode_param(b"\0\0", 23, 1)
+    assert err.value.sqlstate == "22P03"
 
 
 def test_catalog_text_to_binary():

@@ -49,4 +49,6 @@ def test_no_leaked_engine_connections(pg_proxy):
         if i % 2:
             c.execute("SHOW dpsql.budget")
         c.close()
-    assert wait_for(lambda: _connections(server) == base, timeout=20), _connections(server)
+    # no more than before: a connection of an earlier test may still have been closing when `base`
+    # was read (pg_stat_activity lags behind), so it can only go down
+    assert wait_for(lambda: _connections(server) <= base, timeout=20), (_connections(server), base)

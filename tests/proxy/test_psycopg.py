@@ -58,7 +58,8 @@ def test_binary_results(proxy):
         assert [d.type_code for d in cur.description] == [1043, 701, 701]
         assert rows[0][0] == "CA" and isinstance(rows[0][1], float) and isinstance(rows[0][2], float)
         cur.execute("SHOW dpsql.budget")
-        (analyst, spent, remaining, dspent, dremaining), = cur.fetchall()
+        (analyst, spent, remaining, dspent, dremaining, rho_spent, rho_remaining, accountant), = cur.fetchall()
+        assert accountant == "basic" and rho_spent > 0 and rho_remaining is None
         assert analyst == "alice" and spent > 0 and remaining > 0
 
 
@@ -167,3 +168,15 @@ def test_disconnect_mid_query_cancels_and_closes(proxy):
     assert wait_for(lambda: all(s.closed for s in proxy.sessions[:before]), timeout=SLOW_SECONDS)
     with connect(proxy, "slow") as again:
         assert again.execute("SHOW dpsql.budget").fetchone()[1] == pytest.approx(spent + 0.5)
+
+
+def test_joins_ctes_subqueries_and_bi_wrappers(proxy):
+    """The shapes BI tools and analysts send, through psycopg: wrappers keep the inner names."""
+    from tests.proxy.test_jdbc import SHAPES
+    with psycopg.connect(proxy.dsn("bob"), autocommit=True) as c:
+        for sql, n, cols in SHAPES:
+            cur = c.execute(sql)
+            assert [d.name for d in cur.description] == cols.split(","), sql
+            assert len(cur.fetchall()) == n, sql
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="privacy units"):
+            c.execute("SELECT COUNT(*) FROM visits v JOIN people p ON v.state = p.state")

@@ -272,7 +272,7 @@ def _self_signed(tmp_path):
         pytest.skip("neither openssl nor the cryptography package can make a test certificate")
     k = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     c = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(k.public_key())
          .serial_number(1).not_valid_before(now).not_valid_after(now + dt.timedelta(days=1)).sign(k, hashes.SHA256()))
     cert.write_bytes(c.public_bytes(serialization.Encoding.PEM))

@@ -1,7 +1,8 @@
 """Golden tests of the rewritten SQL: tests/golden/<dialect>/*.sql.
 
 Each file: `-- title:` and `-- policy:` headers, the analyst's SQL ending with `;`, then
-the expected rewrite. `pytest --update-golden` rewrites the expected part; review the diff.
+the expected rewrite, pretty-printed. `pytest --update-golden` rewrites the expected part;
+review the diff. tests/integration/test_golden_run.py runs every golden on its engine.
 """
 from __future__ import annotations
 
@@ -23,17 +24,26 @@ _VISITS = {"visit_id": "BIGINT", "person_id": "BIGINT", "visit_date": "DATE", "s
            "cost": "DOUBLE", "kind": "VARCHAR"}
 
 
+_REGIONS = {"state": "VARCHAR", "region": "VARCHAR"}
+REGIONS = ("East", "South", "West")      # the test data's regions (tests/conftest.make_people_db)
+
+
 def _policy(name: str):
     pol = demo_policy(ledger="unused.sqlite")
     pk = dict(pol["tables"]["people"])
     pol["tables"]["people_pk"] = pk
-    if name != "demo":
+    pol["public"] = {"tables": ["regions"]}
+    if name == "demo_sa":       # sample-and-aggregate allowed (dpsql.analysis.sample_aggregate)
+        pol["functions"] = {"sample_aggregate": ["corr", "covar_pop", "regr_slope"], "blocks": 8,
+                            "regr_slope": {"lower": -1000, "upper": 10000}}
+    elif name != "demo":
         raise KeyError(name)
     return load_policy(pol)
 
 
 SCHEMA = Schema({"people": _PEOPLE, "people_pk": _PEOPLE, "visits": _VISITS}, frozenset({"people_pk"}),
-                frozenset({"people", "people_pk", "visits"}), not_null_units=frozenset({"people_pk"}))
+                frozenset({"people", "people_pk", "visits", "regions"}), not_null_units=frozenset({"people_pk"}),
+                public={"regions": _REGIONS})
 SETTINGS = Settings(1.0, 1e-8, "laplace")
 
 
@@ -58,8 +68,9 @@ def _split(text: str) -> tuple[dict, str, str]:
 def test_golden(path: Path, update_golden: bool):
     headers, query, expected = _split(path.read_text())
     dialect = path.parent.name
-    plan = analyze(classify(query, dialect=dialect).tree, _policy(headers["policy"]), SCHEMA, SETTINGS, dialect)
-    got = to_sql(plan, dialect)
+    plan = analyze(classify(query).tree, _policy(headers["policy"]), SCHEMA, SETTINGS, dialect,
+                   lambda table, column: REGIONS)
+    got = to_sql(plan, dialect, pretty=True)
     if update_golden:
         head = "".join(f"-- {k}: {v}\n" for k, v in headers.items())
         path.write_text(f"{head}{query};\n{got}\n")

@@ -11,6 +11,11 @@ Catalog queries never reach the backend engine: they run on an emulated catalog
 names, types and OIDs but never rows, counts or statistics (reltuples is -1). A query that
 mixes catalog relations with data tables, reads statistics views or calls a data-reading
 function is refused with QueryRejected.
+
+The emulation is the server's own work, so it is bounded (see limits.py): catalog_sql refuses
+functions that could generate rows or text without bound, and every query here runs under a
+Watchdog ([server] catalog_timeout), returns at most [server] catalog_max_rows rows, and stops
+on cancel() (the server calls it on CancelRequest, disconnect and shutdown).
 """
 from __future__ import annotations
 
@@ -26,6 +31,12 @@ from dataclasses import dataclass
 from dpsql.errors import InvalidSetting, QueryRejected
 from dpsql.frontends.pgwire import catalog_db
 from dpsql.frontends.pgwire.catalog_sql import classify
+from dpsql.frontends.pgwire.limits import (
+    QueryCanceled,
+    RowLimitExceeded,
+    StatementTimeout,
+    Watchdog,
+)
 from dpsql.sqltext import strip_comments
 
 log = logging.getLogger("dpsql.pgwire")
@@ -68,6 +79,22 @@ def _default_settings(server_version: str, user: str) -> dict[str, tuple[str, st
     return {name.lower(): (name, value) for name, value in pairs}
 
 
+_DESCRIPTIONS = {
+    "server_version": "the PostgreSQL version dpsql emulates (fixed)",
+    "server_version_num": "the PostgreSQL version dpsql emulates, as a number (fixed)",
+    "server_encoding": "always UTF8 (fixed)", "client_encoding": "only UTF8 is accepted",
+    "standard_conforming_strings": "always on (fixed)", "datestyle": "how dates are shown (ISO only)",
+    "timezone": "accepted for clients; dates are released as stored",
+    "transaction_read_only": "always on: dpsql only reads (fixed)",
+    "default_transaction_read_only": "always on: dpsql only reads (fixed)",
+    "is_superuser": "always off (fixed)", "session_authorization": "the analyst logged in (fixed)",
+    "search_path": "accepted for clients; names resolve against the policy's tables",
+    "extra_float_digits": "accepted for clients; floats are sent in shortest round-trip form",
+    "statement_timeout": "accepted for clients; the policy's limits apply",
+    "application_name": "the client's name, as it gave it",
+}
+
+
 # Settings a client may not change: they describe the server or would change what it sends.
 _FIXED = {"server_version", "server_version_num", "server_encoding", "integer_datetimes", "is_superuser",
           "max_identifier_length", "block_size", "max_index_keys", "lc_collate", "lc_ctype",
@@ -107,16 +134,44 @@ _BEGIN_ISOLATION = re.compile(r"(?is)isolation\s+level\s+(read\s+committed|read\
 class Catalog:
     """One client's catalog: its settings and its connection to the emulated catalog."""
 
-    def __init__(self, session, *, database: str, user: str, server_version: str = "15.0 (dpsql)"):
+    def __init__(self, session, *, database: str, user: str, server_version: str = "15.0 (dpsql)",
+                 timeout: float | None = None, max_rows: int | None = None):
         self.session, self.database, self.user = session, database, user
         self.server_version = server_version
+        limits = getattr(getattr(session, "policy", None), "server", None)
+        self.timeout = timeout if timeout is not None else getattr(limits, "catalog_timeout", 5.0)
+        self.max_rows = max_rows if max_rows is not None else getattr(limits, "catalog_max_rows", 10_000)
         self._defaults = _default_settings(server_version, user)
         self.settings = dict(self._defaults)
         self._cur = None
         self._lock = threading.Lock()
+        self._watch_lock = threading.Lock()
+        self._watchdog: Watchdog | None = None
+        self._cancelled = False
+
+    def new_statement(self) -> None:
+        """The server is about to hand this catalog a statement: forget an earlier cancel()."""
+        with self._watch_lock:
+            self._cancelled = False
+
+    def cancel(self) -> None:
+        """Stop the current statement's catalog query (from any thread). Sticky until the next
+        new_statement(): a cancel that arrives before the query has started (while it is parsed,
+        or the client's tables are built) stops it as soon as it starts."""
+        with self._watch_lock:
+            self._cancelled = True
+            dog = self._watchdog
+        if dog is not None:
+            dog.cancel()
+
+    @property
+    def running(self) -> bool:
+        with self._watch_lock:
+            return self._watchdog is not None
 
     def close(self) -> None:
         """Close this client's connection to the emulated catalog (the shared part stays cached)."""
+        self.cancel()
         with self._lock:
             cur, self._cur = self._cur, None
         if cur is not None:
@@ -235,7 +290,10 @@ class Catalog:
         if name.startswith("dpsql."):
             return None
         if name == "all":
-            rows = [(canon, value, "") for canon, value in sorted(self.settings.values(), key=lambda x: x[0].lower())]
+            rows = [(canon, value, _DESCRIPTIONS.get(canon.lower(), "emulated for clients; no effect on answers"))
+                    for canon, value in sorted(self.settings.values(), key=lambda x: x[0].lower())]
+            own = getattr(self.session, "settings", None)
+            rows += list(own()) if own is not None else []
             return Reply([Column("name", 25), Column("setting", 25), Column("description", 25)], rows,
                          "SHOW")
         if name not in self.settings:
@@ -304,14 +362,7 @@ class Catalog:
             args = [given[i] if i < len(given) else None for i in range(max(used))]
         with self._lock:
             cur = self._cursor()
-            try:
-                res = cur.execute(t.sql, args) if args is not None else cur.execute(t.sql)
-                description = res.description or []
-                rows = [] if describe else res.fetchall()
-            except Exception as err:     # the emulation cannot answer it; detail for the log only
-                log.info("catalog query not answerable: %s", err)
-                raise QueryRejected("this catalog query", "dpsql's emulated catalog cannot answer it",
-                                    "dpsql answers catalog queries with names and types only") from None
+            description, rows = self._execute(cur, t.sql, args, describe)
         columns = []
         for i, d in enumerate(description):
             source = t.sources[i] if i < len(t.sources) else None
@@ -320,6 +371,43 @@ class Catalog:
             columns.append(Column(name, oid, _SIZES.get(oid, -1)))
         out = [tuple(_text(v) for v in r) for r in rows]
         return Reply(columns, out, f"SELECT {len(out)}")
+
+
+    def _execute(self, cur, sql: str, args: list | None, describe: bool) -> tuple[list, list]:
+        """Run one translated query under the Watchdog; at most max_rows rows, or an error.
+
+        The time limit bounds what any catalog query can cost (catalog_sql leaves joins of
+        catalog relations possible, and their size is a product); the row limit bounds what it
+        can make the server hold and send. Both are refusals of the whole answer: a client never
+        gets a partial catalog it would take for the complete one. Reading max_rows + 1 rows is
+        enough to know, so a huge answer is never fetched whole."""
+        dog = Watchdog(cur.interrupt, self.timeout)
+        with self._watch_lock:
+            if self._cancelled:
+                raise QueryCanceled()
+            self._watchdog = dog
+        try:
+            with dog:
+                res = cur.execute(sql, args) if args is not None else cur.execute(sql)
+                description = res.description or []
+                rows = [] if describe else res.fetchmany(self.max_rows + 1)
+        except Exception as err:
+            if dog.reason == "timeout":
+                log.info("catalog query stopped at the time limit (%g s)", self.timeout)
+                raise StatementTimeout(self.timeout) from None
+            if dog.reason == "cancel":
+                log.info("catalog query cancelled")
+                raise QueryCanceled() from None
+            # the emulation cannot answer it; detail for the log only
+            log.info("catalog query not answerable: %s", err)
+            raise QueryRejected("this catalog query", "dpsql's emulated catalog cannot answer it",
+                                "dpsql answers catalog queries with names and types only") from None
+        finally:
+            with self._watch_lock:
+                self._watchdog = None
+        if len(rows) > self.max_rows:
+            raise RowLimitExceeded(self.max_rows)
+        return description, rows
 
 
 _COMMANDS = {
@@ -338,9 +426,7 @@ def _setting_value(value: str) -> str:
         p = p.strip()
         if p.startswith("'") and p.endswith("'"):
             items.append(p[1:-1].replace("''", "'"))
-        elif p.startswith('"'):
-            items.append(p)
-        elif p:
+        elif p.startswith('"') or p:
             items.append(p)
     return ", ".join(items)
 

@@ -91,10 +91,10 @@ def user_oids(names) -> dict[str, int]:
 def _typmod(sql_type: str) -> int:
     """atttypmod of numeric(p,s) and varchar(n); -1 otherwise."""
     import re
-    m = re.match(r"\s*(decimal|numeric)\s*\(\s*(\d+)\s*(?:,\s*(\d+))?\s*\)", sql_type, re.I)
+    m = re.match(r"\s*(decimal|numeric)\s*\(\s*(\d+)\s*(?:,\s*(\d+))?\s*\)", sql_type, re.IGNORECASE)
     if m:
         return ((int(m.group(2)) << 16) | int(m.group(3) or 0)) + 4
-    m = re.match(r"\s*(varchar|character varying)\s*\(\s*(\d+)\s*\)", sql_type, re.I)
+    m = re.match(r"\s*(varchar|character varying)\s*\(\s*(\d+)\s*\)", sql_type, re.IGNORECASE)
     if m:
         return int(m.group(2)) + 4
     return -1

@@ -175,6 +175,7 @@ def classify(sql: str) -> Translated:
                       "catalog queries may read only pg_catalog and information_schema")
     if data:
         return Translated("data")
+    _check_bounded(tree)
     for col in tree.find_all(exp.Column):
         if col.name.lower() in SECRET_COLUMNS:
             raise _refuse(col.name, "password hashes are never shown")
@@ -232,6 +233,128 @@ def _check_functions(tree: exp.Expression) -> None:
     for node in tree.find_all(exp.Dot):
         if isinstance(node.expression, exp.Func):
             raise _refuse(f"function {node.sql()}", "it is not available in dpsql's emulated catalog")
+
+
+# -- bounded work ------------------------------------------------------------------------------------
+#
+# A catalog query runs on the server's own DuckDB, so it must not be a way to make the server work
+# or allocate without bound (issue 12). Three layers, of which this is the first:
+#   1. here, before anything runs: only functions drivers' catalog queries use (an allow-list;
+#      everything else is refused), the few that generate rows or repeat a string only in forms
+#      whose output is bounded by their input, no recursive CTEs, no long literals;
+#   2. catalog.py: a time limit and a row limit on every catalog query ([server] catalog_timeout,
+#      catalog_max_rows), and cancel on CancelRequest, disconnect and shutdown;
+#   3. server.py: a per-analyst limit on queries in flight ([server] max_concurrent_queries).
+# What the allow-list leaves possible (joins of catalog relations, || of strings, aggregates) is
+# linear in the rows read, which layer 2 bounds in time and DuckDB's memory_limit in space.
+
+# sqlglot's typed functions a catalog query may call: logic, casts, aggregates and window
+# functions over the rows read, array and string functions whose output is no larger than their
+# input, and the session's constants. Anything else (repeat, lpad/rpad, format, range, sequence,
+# string_to_array, regexp_split_*, md5, ...) is refused: no driver's catalog query uses it.
+_BOUNDED_TYPED = frozenset({
+    "And", "Or", "Xor", "Case", "If", "Coalesce", "Nullif", "Greatest", "Least", "Exists", "Cast", "TryCast",
+    "Count", "Min", "Max", "Sum", "Avg", "LogicalAnd", "LogicalOr", "ArrayAgg", "RowNumber", "Rank", "DenseRank",
+    "Array", "ArraySize", "ArrayContains", "ArrayContainsAll", "ArrayOverlaps", "ArrayConcat", "ArrayPosition",
+    "Lower", "Upper", "Length", "Substring", "Trim", "Left", "Right", "SplitPart", "StrPosition", "RegexpLike",
+    "RegexpILike", "StartsWith", "Concat", "Translate", "Abs", "Round", "Floor", "Ceil",
+    "CurrentDatabase", "CurrentCatalog", "CurrentSchema", "CurrentSchemas", "CurrentUser", "SessionUser",
+    "CurrentVersion", "CurrentTimestamp", "CurrentDate", "Extract",
+    # checked further below: they generate rows or repeat a string
+    "Explode", "Unnest", "ExplodingGenerateSeries", "GenerateSeries", "GroupConcat", "ArrayToString",
+    "ConcatWs", "Replace",
+})
+_ROW_GENERATORS = ("ExplodingGenerateSeries", "GenerateSeries")
+# Functions that give the length of an array: generate_series(0|1, array_upper(arr, 1)) is the
+# only series drivers ask for (psql \d+, JDBC's type lookup), and it has one row per element.
+_ARRAY_BOUNDS = ("array_upper", "array_length", "cardinality")
+_PG_NAMES = {"pad": "lpad/rpad", "exploding_generate_series": "generate_series", "group_concat": "string_agg",
+             "explode": "unnest", "time_to_str": "to_char"}
+MAX_LITERAL_CHARS = 1024          # longest string literal in a catalog query (names are <= 63 bytes)
+MAX_SEPARATOR_CHARS = 16          # longest separator of string_agg / array_to_string / concat_ws
+
+
+def _refuse_unbounded(what: str, reason: str) -> QueryRejected:
+    return _refuse(what, reason + "; the emulated catalog runs only bounded queries")
+
+
+def _check_bounded(tree: exp.Expression) -> None:
+    """Refuse what could make a catalog query work or allocate without bound (see above)."""
+    for w in tree.find_all(exp.With):
+        if w.args.get("recursive"):
+            raise _refuse_unbounded("WITH RECURSIVE", "a recursive query can run forever")
+    for lit in tree.find_all(exp.Literal, *_STRINGS):
+        if _is_string_literal(lit) and len(lit.this) > MAX_LITERAL_CHARS:
+            raise _refuse_unbounded("a string literal", f"literals are limited to {MAX_LITERAL_CHARS} characters")
+    for node in tree.find_all(exp.Func):
+        kind = type(node).__name__
+        if isinstance(node, exp.Anonymous):
+            continue                    # checked against _FUNCTIONS by _check_functions
+        if kind not in _BOUNDED_TYPED:
+            name = _func_name(node)
+            raise _refuse_unbounded(f"function {_PG_NAMES.get(name, name)}", "it is not among the functions "
+                                    "catalog queries may use")
+        if kind in _ROW_GENERATORS:
+            _check_series(node)
+        elif kind == "GroupConcat":
+            _check_separator(node, "string_agg", node.args.get("separator"))
+        elif kind == "ArrayToString":
+            _check_separator(node, "array_to_string", node.args.get("expression"))
+            _check_separator(node, "array_to_string", node.args.get("null"))
+        elif kind == "ConcatWs":
+            _check_separator(node, "concat_ws", (node.expressions or [None])[0])
+        elif kind == "Replace":
+            _check_replace(node)
+
+
+_STRINGS = tuple(getattr(exp, n) for n in ("ByteString", "National", "RawString", "HexString", "BitString")
+                 if hasattr(exp, n))
+
+
+def _is_string_literal(node) -> bool:
+    """'text', E'text' (an escape string), N'text' and the like."""
+    if isinstance(node, exp.Literal):
+        return node.is_string
+    return isinstance(node, _STRINGS) and isinstance(node.this, str)
+
+
+def _check_series(node: exp.Func) -> None:
+    """generate_series(n, array_upper(arr, 1)) with 0 <= n: at most one row per array element
+    (the array exists already, so the series is no larger than it). Any other series refused."""
+    start, end, step = node.args.get("start"), node.args.get("end"), node.args.get("step")
+    ok_start = isinstance(start, exp.Literal) and not start.is_string and start.this.isdigit()
+    ok_end = isinstance(end, exp.Anonymous) and str(end.this).lower() in _ARRAY_BOUNDS
+    if isinstance(end, exp.ArraySize):
+        ok_end = True
+    if not (ok_start and ok_end and step is None):
+        raise _refuse_unbounded("function generate_series", "only generate_series(n, array_upper(array, 1)) "
+                                "over an existing array is answered")
+
+
+def _check_separator(node: exp.Func, name: str, sep: exp.Expression | None) -> None:
+    """A separator is repeated once per element: a short literal keeps the output within a small
+    multiple of the input."""
+    if sep is None:
+        return
+    if not (_is_string_literal(sep) and len(sep.this) <= MAX_SEPARATOR_CHARS):
+        raise _refuse_unbounded(f"function {name}", f"its separator must be a literal of at most "
+                                f"{MAX_SEPARATOR_CHARS} characters")
+
+
+def _check_replace(node: exp.Func) -> None:
+    """replace(s, from, to) repeats `to` once per match: only with literal from/to, `to` at most
+    twice as long as `from`, and an `s` made of literals, parameters and session constants (no
+    column, subquery or other replace), so its output is at most twice a value the client sent.
+    JDBC's getSchemas uses replace((current_schemas(true))[1], 'pg_temp_', 'pg_toast_temp_')."""
+    frm, to = node.args.get("expression"), node.args.get("replacement")
+    ok = _is_string_literal(frm) and _is_string_literal(to) and frm.this and len(to.this) <= 2 * len(frm.this)
+    inner = node.this
+    if ok and inner is not None:
+        ok = not any(isinstance(n, (exp.Column, exp.Query, exp.Subquery, exp.Replace, exp.AggFunc))
+                     for n in inner.walk())
+    if not ok:
+        raise _refuse_unbounded("function replace", "it is answered only with literal arguments that cannot "
+                                "grow the text")
 
 
 def _is_textual(node: exp.Expression) -> bool:

@@ -17,7 +17,13 @@ import uuid as _uuid
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-from dpsql.errors import ProtocolViolation
+from dpsql.errors import (
+    InvalidBinaryRepresentation,
+    InvalidTextRepresentation,
+    NotSupportedError,
+    ProgramLimitExceeded,
+    ProtocolViolation,
+)
 
 PROTOCOL_3 = 196608            # 3.0
 SSL_REQUEST = 80877103
@@ -32,6 +38,10 @@ _HEAD = struct.Struct("!ci")
 
 
 # -- frontend messages ------------------------------------------------------------------------------
+
+# What reading the stream can raise: the connection's framing or startup is unusable (a
+# ProtocolViolation, an unsupported protocol version, a message over the size limit).
+STREAM_ERRORS = (ProtocolViolation, NotSupportedError, ProgramLimitExceeded)
 
 @dataclass(frozen=True, slots=True)
 class Startup:
@@ -183,7 +193,7 @@ class _Reader:
 
 def parse_startup(body: bytes):
     """A startup-phase packet's body (after its length): Startup, SSLRequest, GSSENCRequest or
-    CancelRequest. A protocol other than 3.x raises ProtocolViolation with sqlstate 0A000."""
+    CancelRequest. A protocol other than 3.x raises NotSupportedError (0A000)."""
     r = _Reader(body, "startup")
     code = r.int32()
     if code == SSL_REQUEST:
@@ -198,9 +208,7 @@ def parse_startup(body: bytes):
         return CancelRequest(pid, secret)
     major, minor = code >> 16, code & 0xFFFF
     if major != 3:
-        err = ProtocolViolation(f"unsupported frontend protocol {major}.{minor}: server supports 3.0 to 3.0")
-        err.sqlstate = "0A000"
-        raise err
+        raise NotSupportedError(f"unsupported frontend protocol {major}.{minor}: server supports 3.0 to 3.0")
     params: dict[str, str] = {}
     while True:
         key = r.cstring()
@@ -306,9 +314,7 @@ class Decoder:
         if n < 4:
             raise ProtocolViolation("invalid message length")
         if n - 4 > self.max:
-            err = ProtocolViolation(f"message of {n - 4} bytes exceeds the limit of {self.max} bytes")
-            err.sqlstate = "54000"
-            raise err
+            raise ProgramLimitExceeded(f"message of {n - 4} bytes exceeds the limit of {self.max} bytes")
         return kind.decode("latin-1"), n - 4
 
     def next(self) -> tuple[str, bytes] | None:
@@ -451,7 +457,7 @@ def parse_backend(data: bytes) -> list[tuple[str, bytes]]:
 
 _EPOCH_DATE = _dt.date(2000, 1, 1)
 _EPOCH = _dt.datetime(2000, 1, 1)
-_EPOCH_TZ = _dt.datetime(2000, 1, 1, tzinfo=_dt.timezone.utc)
+_EPOCH_TZ = _dt.datetime(2000, 1, 1, tzinfo=_dt.UTC)
 
 INT_OIDS = {20: "!q", 21: "!h", 23: "!i", 26: "!I"}
 FLOAT_OIDS = {700: "!f", 701: "!d"}
@@ -469,8 +475,7 @@ def format_float(v: float) -> str:
     s = repr(v)
     if "e" in s:
         mant, exp = s.split("e")
-        if mant.endswith(".0"):
-            mant = mant[:-2]
+        mant = mant.removesuffix(".0")
         sign = exp[0] if exp[0] in "+-" else "+"
         digits = exp.lstrip("+-").rjust(2, "0")
         s = f"{mant}e{sign}{digits}"
@@ -671,10 +676,8 @@ def decode_param(raw: bytes | None, oid: int, fmt: int) -> object:
             return decode_text(raw.decode("utf-8"), oid)
         return _decode_binary(raw, oid)
     except (ValueError, struct.error, UnicodeDecodeError, OverflowError):
-        err = ProtocolViolation(f"parameter is not a valid {'text' if fmt == 0 else 'binary'} value of type "
-                                f"oid {oid}")
-        err.sqlstate = "22P02" if fmt == 0 else "22P03"
-        raise err from None
+        cls = InvalidTextRepresentation if fmt == 0 else InvalidBinaryRepresentation
+        raise cls(f"parameter is not a valid {'text' if fmt == 0 else 'binary'} value of type oid {oid}") from None
 
 
 def _decode_binary(b: bytes, oid: int) -> object:
@@ -699,3 +702,17 @@ def _decode_binary(b: bytes, oid: int) -> object:
     if oid == 2950:
         return str(_uuid.UUID(bytes=b))
     return b.decode("utf-8")
+
+
+# -- COPY ... TO STDOUT (the server side of psql's \copy (query) TO ...)
+
+def copy_out_response(columns: int, fmt: int = 0) -> bytes:
+    """CopyOutResponse: overall format (0 text) and each column's format."""
+    return _msg(b"H", bytes([fmt]) + _I16.pack(columns) + _I16.pack(fmt) * columns)
+
+
+def copy_data(data: bytes) -> bytes:
+    return _msg(b"d", data)
+
+
+COPY_DONE = b"c\x00\x00\x00\x04"

@@ -10,11 +10,15 @@ The protocol's framing is in codec.py (sans-IO), SCRAM in auth.py; this module i
 glue: startup (SSL/GSSENC negotiation, TLS, protocol version), authentication, the simple and
 extended query protocols, transaction status, cancel requests and shutdown. Logs go to the
 "dpsql.server" logger and never contain result values.
+
+Server resources (limits.py): statements run on `Workers` (daemon threads); each analyst has at
+most [server] max_concurrent_queries of them running (QuerySlots); CancelRequest, a client's
+disconnect and shutdown stop a running private query (Session.cancel) and a running catalog
+query (Catalog.cancel); shutdown waits `shutdown_timeout` seconds for the workers and goes on.
 """
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import datetime as _dt
 import hmac
 import ipaddress
@@ -27,10 +31,30 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from dpsql.errors import AuthenticationFailed, EngineError, Error, InternalError, ProtocolViolation
+from dpsql.errors import (
+    AuthenticationFailed,
+    DuplicateCursor,
+    DuplicatePreparedStatement,
+    Error,
+    InFailedTransaction,
+    InternalError,
+    InvalidAuthorization,
+    InvalidCursorName,
+    InvalidSqlStatementName,
+    ProtocolViolation,
+    QueryCanceled,
+)
 from dpsql.frontends.pgwire import auth as _auth
 from dpsql.frontends.pgwire import codec
-from dpsql.frontends.pgwire.types import infer_param_oids, named_params, param_count, pg_type, strip_param_casts
+from dpsql.frontends.pgwire import copy as _copy
+from dpsql.frontends.pgwire.limits import QuerySlots, Workers
+from dpsql.frontends.pgwire.types import (
+    infer_param_oids,
+    named_params,
+    param_count,
+    pg_type,
+    strip_param_casts,
+)
 from dpsql.sqltext import only_comments, split_statements, strip_comments
 
 log = logging.getLogger("dpsql.server")
@@ -42,6 +66,13 @@ _FLUSH_BYTES = 64 * 1024
 _TX_START = {"BEGIN", "START"}
 _TX_END = {"COMMIT", "END", "ROLLBACK", "ABORT"}
 _FRAMING = object()          # queue marker: the byte stream cannot be framed any more
+SHUTDOWN_TIMEOUT = 10.0
+# Statements answered from the connection's own state (settings, transaction status, prepared
+# statements) in microseconds: they never reach an engine or the catalog database, so they cannot
+# hold a worker, and refusing them would only break drivers' connection setup and COMMIT/ROLLBACK.
+# Every other statement (private, public and catalog queries, EXPLAIN, Describe) takes a slot.
+_UNCOUNTED = {"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE", "SET", "RESET",
+              "SHOW", "DISCARD", "DEALLOCATE"}
 
 
 @dataclass
@@ -78,15 +109,19 @@ class Server:
 
     def __init__(self, backend, *, host: str = "127.0.0.1", port: int = 6432, auth: str | None = None,
                  max_message_bytes: int | None = None, startup_timeout: float = STARTUP_TIMEOUT,
-                 ssl_context: ssl.SSLContext | None = None, workers: int = 64, catalog: Any = "auto"):
+                 ssl_context: ssl.SSLContext | None = None, workers: int = 64, catalog: Any = "auto",
+                 max_concurrent_queries: int | None = None, shutdown_timeout: float = SHUTDOWN_TIMEOUT):
         self.backend = backend
         server_policy = backend.policy.server
         self.host, self.port = host, port
         self.auth = auth or server_policy.auth
         self.max_message_bytes = max_message_bytes or server_policy.max_message_bytes
         self.startup_timeout = startup_timeout
+        self.shutdown_timeout = shutdown_timeout
         self.ssl_context = ssl_context if ssl_context is not None else _ssl_context(server_policy)
-        self.executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dpsql-q")
+        self.executor = Workers(workers, thread_name_prefix="dpsql-q")
+        self.slots = QuerySlots(max_concurrent_queries or server_policy.max_concurrent_queries)
+        self.scram_mock = _auth.MockParams.for_policy(backend.policy) if self.auth != "trust" else None
         self.clients: dict[int, _Client] = {}
         self._catalog = _catalog_class() if catalog == "auto" else catalog
         self._server: asyncio.AbstractServer | None = None
@@ -107,20 +142,37 @@ class Server:
             await self._server.serve_forever()
 
     async def close(self) -> None:
-        """Stop accepting, cancel running queries, close every client and its session."""
+        """Stop accepting, cancel running queries, close every client and its session.
+
+        Bounded: running queries are cancelled (private ones through Session.cancel, catalog ones
+        through Catalog.cancel) and get `shutdown_timeout` seconds to end; a worker still busy
+        then (a query that ignores its cancel, an answer held by [timing] floor) is left to
+        finish on its daemon thread, its session closed when it does, and close() returns."""
         self._closing = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.shutdown_timeout
         if self._server is not None:
             self._server.close()
         for c in list(self.clients.values()):
             c.shutdown()
         if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=10)
+            _, pending = await asyncio.wait(list(self._tasks), timeout=self.shutdown_timeout)
+            if pending:
+                log.warning("shutdown: %d connection(s) still busy after %g s; closing them anyway",
+                            len(pending), self.shutdown_timeout)
+                for t in pending:
+                    t.cancel()
+                await asyncio.wait(pending, timeout=2)
         if self._server is not None:
             try:
                 await asyncio.wait_for(self._server.wait_closed(), 2)
-            except (asyncio.TimeoutError, Exception):
+            except (TimeoutError, Exception):
                 pass
-        self.executor.shutdown(wait=True, cancel_futures=True)
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        while self.executor.busy() and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        if self.executor.busy():
+            log.warning("shutdown: %d worker(s) still running a query; not waiting for them", self.executor.busy())
         log.info("stopped")
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -129,12 +181,14 @@ class Server:
         client = _Client(self, reader, writer)
         try:
             await client.run()
+        except asyncio.CancelledError:      # shutdown stopped waiting for this connection
+            pass
         except Exception:   # never let one client take the server down
             log.exception("client %s: unexpected error", client.peer)
         finally:
             self._tasks.discard(task)
 
-    def new_pid(self, client: "_Client") -> tuple[int, int]:
+    def new_pid(self, client: _Client) -> tuple[int, int]:
         while True:
             pid = secrets.randbelow(2**31 - 2) + 1
             if pid not in self.clients:
@@ -186,7 +240,7 @@ class _Client:
         self.out: list[bytes] = []
         self.out_size = 0
         self.gone = False
-        self.running = False
+        self._inflight = None              # the concurrent Future of the statement running, if any
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=512)
         self._reader_task: asyncio.Task | None = None
 
@@ -222,14 +276,14 @@ class _Client:
         try:
             try:
                 ok = await asyncio.wait_for(self._startup(), self.server.startup_timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.info("%s: startup timed out", self.peer)
                 self.send_error(ProtocolViolation("timeout waiting for the startup packet and authentication"),
                                 fatal=True)
                 ok = False
             except (asyncio.IncompleteReadError, ConnectionError, OSError):
                 ok = False
-            except ProtocolViolation as err:
+            except codec.STREAM_ERRORS as err:
                 self.send_error(err, fatal=True)
                 ok = False
             await self.flush()
@@ -251,19 +305,26 @@ class _Client:
             session, self.session = self.session, None
             catalog, self.catalog = self.catalog, None
             loop = asyncio.get_running_loop()
+            pid = self.pid
 
-            def close() -> None:
+            def close(_=None) -> None:
                 try:
-                    if catalog is not None and hasattr(catalog, "close"):
-                        catalog.close()
-                finally:
-                    session.close()
-            try:
-                await loop.run_in_executor(self.server.executor, close)
-            except RuntimeError:      # executor shut down: close here
-                close()
-            except Exception:
-                log.exception("closing the session of connection %d", self.pid)
+                    try:
+                        if catalog is not None and hasattr(catalog, "close"):
+                            catalog.close()
+                    finally:
+                        session.close()
+                except Exception:
+                    log.exception("closing the session of connection %d", pid)
+            inflight = self._inflight
+            if inflight is not None and not inflight.done():
+                # still running (shutdown gave up waiting): close when it ends, on its thread
+                inflight.add_done_callback(close)
+            else:
+                try:
+                    await loop.run_in_executor(self.server.executor, close)
+                except RuntimeError:      # executor shut down: close here
+                    close()
         try:
             self.writer.close()
         except Exception:
@@ -273,7 +334,7 @@ class _Client:
     def shutdown(self) -> None:
         """Server shutdown: cancel a running query and end the connection."""
         self.gone = True
-        self.cancel_query()
+        self.cancel_until_idle()
         try:
             self.queue.put_nowait(None)
         except asyncio.QueueFull:
@@ -281,12 +342,59 @@ class _Client:
         if self._reader_task is not None:
             self._reader_task.cancel()
 
+    @property
+    def running(self) -> bool:
+        """A statement of this connection is running on a worker (even if nobody waits for it)."""
+        fut = self._inflight
+        return fut is not None and not fut.done()
+
     def cancel_query(self) -> None:
-        if self.running and self.session is not None:
+        """CancelRequest, disconnect, shutdown: stop the running statement, private or catalog."""
+        if not self.running:
+            return
+        for what in (self.catalog, self.session):
+            cancel = getattr(what, "cancel", None)
+            if cancel is not None:
+                try:
+                    cancel()
+                except Exception:
+                    log.exception("cancel on connection %d", self.pid)
+
+    def cancel_until_idle(self) -> None:
+        """Disconnect, shutdown: cancel the running statement, again every 0.1 s until it ends.
+
+        An engine's interrupt is lost if it comes before its query has started (DuckDB clears the
+        flag when a query begins), and the statement may still be in analysis then. Repeating is
+        safe here, unlike for CancelRequest: the connection is gone, no later statement of it can
+        be hit by a late interrupt."""
+        self.cancel_query()
+        if self.running:
             try:
-                self.session.cancel()
-            except Exception:
-                log.exception("cancel on connection %d", self.pid)
+                asyncio.get_running_loop().call_later(0.1, self.cancel_until_idle)
+            except RuntimeError:     # not on the event loop (nothing to repeat from)
+                pass
+
+    async def _in_worker(self, word: str, fn, *args):
+        """Run fn(*args) on a worker, holding one of the analyst's query slots unless the
+        statement is housekeeping (_UNCOUNTED). The slot is taken before anything runs (a
+        refusal charges nothing) and given back when the worker is done, whatever the outcome
+        and whether or not this coroutine still waits for it."""
+        if self.catalog is not None and hasattr(self.catalog, "new_statement"):
+            self.catalog.new_statement()
+        counted = word not in _UNCOUNTED
+        slots, user = self.server.slots, self.user
+        if counted:
+            slots.acquire(user)
+        try:
+            fut = self.server.executor.submit(fn, *args)
+        except BaseException:
+            if counted:
+                slots.release(user)
+            raise
+        if counted:
+            fut.add_done_callback(lambda _f: slots.release(user))
+        self._inflight = fut
+        return await asyncio.wrap_future(fut)
 
     # -- startup and authentication
     async def _read_startup(self):
@@ -370,7 +478,7 @@ class _Client:
         method = self.server.auth
         if method == "trust":
             if not _is_loopback(self._peer_host):
-                self.send_error(_auth_error("28000", f'trust authentication is accepted only from loopback '
+                self.send_error(InvalidAuthorization(f'trust authentication is accepted only from loopback '
                                             f'addresses; connection from {self._peer_host} refused',
                                             "set [server] auth = \"scram-sha-256\" to admit remote clients"),
                                 fatal=True)
@@ -378,7 +486,7 @@ class _Client:
             return True
         analyst = self.server.backend.policy.analysts.get(user)
         verifier = analyst.password if analyst is not None else None
-        scram = _auth.ScramServer(verifier, user)
+        scram = _auth.ScramServer(verifier, user, mock=self.server.scram_mock)
         self.send(codec.auth_sasl([_auth.MECHANISM]))
         await self.flush()
         try:
@@ -407,7 +515,7 @@ class _Client:
                 while True:
                     try:
                         item = decoder.next()
-                    except ProtocolViolation as err:
+                    except codec.STREAM_ERRORS as err:
                         await self.queue.put((_FRAMING, err))
                         return
                     if item is None:
@@ -418,7 +526,7 @@ class _Client:
         except asyncio.CancelledError:
             return
         self.gone = True
-        self.cancel_query()
+        self.cancel_until_idle()
         await self.queue.put(None)
 
     async def _serve(self) -> None:
@@ -442,7 +550,7 @@ class _Client:
     async def _message(self, kind: str, body: bytes) -> bool:
         try:
             msg = codec.parse_message(kind, body)
-        except ProtocolViolation as err:
+        except codec.STREAM_ERRORS as err:
             if self.discard:
                 return True
             self._fail(err)
@@ -496,10 +604,18 @@ class _Client:
             stmts.append(rest.strip())
         if not stmts:
             self.send(codec.EMPTY_QUERY)
+        seen = 0
         for sql in stmts:
+            at = text.find(sql, seen)       # where this statement starts in the query string
+            seen = at + len(sql) if at >= 0 else seen
             try:
+                if _first_word(sql) == "COPY":
+                    await self._copy_out(sql)
+                    continue
                 ans = await self._run(sql, None)
             except Exception as err:
+                if isinstance(err, Error) and err.position is not None and at > 0:
+                    err.position += at      # PostgreSQL's Position counts from the query string's start
                 self._fail(err)
                 break
             if ans.empty:
@@ -517,6 +633,18 @@ class _Client:
         self.discard = False
         self.send(codec.ready_for_query(self.tx))
         await self.flush()
+
+    async def _copy_out(self, sql: str) -> None:
+        """COPY (query) TO STDOUT (psql's \\copy): the query's released rows as CopyData."""
+        spec = _copy.parse(sql)
+        ans = await self._run(spec.query, None)
+        self.send(codec.copy_out_response(len(ans.columns)))
+        for line in _copy.lines(spec, [c[0] for c in ans.columns], ans.rows, ans.text_rows):
+            self.send(codec.copy_data(line))
+        self.send(codec.COPY_DONE)
+        if ans.notice:
+            self.send(codec.notice_response({"S": "NOTICE", "V": "NOTICE", "C": "00000", "M": ans.notice}))
+        self.send(codec.command_complete(f"COPY {len(ans.rows)}"))
 
     def _send_rows(self, ans: _Answer, fields: list[codec.Field], formats: list[int], start: int, stop: int) -> None:
         oids = [f.type_oid for f in fields]
@@ -539,14 +667,8 @@ class _Client:
             if word in ("ROLLBACK", "ABORT"):
                 pass
             else:
-                raise _TxAborted()
-        loop = asyncio.get_running_loop()
-        self.running = True
-        try:
-            ans = await loop.run_in_executor(self.server.executor, self._answer, sql, params, word,
-                                             session_sql or sql)
-        finally:
-            self.running = False
+                raise InFailedTransaction()
+        ans = await self._in_worker(word, self._answer, sql, params, word, session_sql or sql)
         if word == "DEALLOCATE":
             name = strip_comments(sql).split()[-1].strip(' ;"')
             if name.upper() == "ALL":
@@ -564,6 +686,8 @@ class _Client:
 
     def _answer(self, sql: str, params: list | None, word: str, session_sql: str) -> _Answer:
         """In a worker thread: the catalog's reply, else the Session's result, as an _Answer."""
+        if self.gone:
+            raise QueryCanceled("canceling statement: the client has disconnected")
         reply = None
         if self.catalog is not None:
             reply = self.catalog.answer(sql, _text_params(params))
@@ -592,7 +716,7 @@ class _Client:
     async def _extended(self, msg) -> None:
         if isinstance(msg, codec.Parse):
             if msg.name and msg.name in self.statements:
-                raise _state_error("42P05", f'prepared statement "{msg.name}" already exists')
+                raise DuplicatePreparedStatement(f'prepared statement "{msg.name}" already exists')
             session_sql, casts = strip_param_casts(msg.sql)
             oids = list(msg.param_oids) + [0] * max(0, max(casts, default=0) - len(msg.param_oids))
             for n, oid in casts.items():
@@ -602,9 +726,9 @@ class _Client:
         elif isinstance(msg, codec.Bind):
             stmt = self.statements.get(msg.statement)
             if stmt is None:
-                raise _state_error("26000", f'prepared statement "{msg.statement}" does not exist')
+                raise InvalidSqlStatementName(f'prepared statement "{msg.statement}" does not exist')
             if msg.portal and msg.portal in self.portals:
-                raise _state_error("42P03", f'portal "{msg.portal}" already exists')
+                raise DuplicateCursor(f'portal "{msg.portal}" already exists')
             self.portals[msg.portal] = _Portal(stmt, self._decode_params(stmt, msg), msg.result_formats)
             self.send(codec.BIND_COMPLETE)
         elif isinstance(msg, codec.Describe):
@@ -640,7 +764,7 @@ class _Client:
     def _portal(self, name: str) -> _Portal:
         portal = self.portals.get(name)
         if portal is None:
-            raise _state_error("34000", f'portal "{name}" does not exist')
+            raise InvalidCursorName(f'portal "{name}" does not exist')
         return portal
 
     def _param_oids(self, stmt: _Prepared) -> list[int]:
@@ -679,14 +803,9 @@ class _Client:
     async def _describe_statement(self, name: str) -> None:
         stmt = self.statements.get(name)
         if stmt is None:
-            raise _state_error("26000", f'prepared statement "{name}" does not exist')
+            raise InvalidSqlStatementName(f'prepared statement "{name}" does not exist')
         oids = self._param_oids(stmt)
-        loop = asyncio.get_running_loop()
-        self.running = True
-        try:
-            cols = await loop.run_in_executor(self.server.executor, self._describe, stmt, oids)
-        finally:
-            self.running = False
+        cols = await self._in_worker(_first_word(stmt.sql), self._describe, stmt, oids)
         self.send(codec.parameter_description(oids))
         fields = [codec.Field(n, oid, size, mod) for n, oid, size, mod in cols]
         self.send(codec.row_description(fields) if fields else codec.NO_DATA)
@@ -727,32 +846,9 @@ class _Client:
 
 # -- helpers ----------------------------------------------------------------------------------------
 
-class _TxAborted(Error):
-    sqlstate = "25P02"
-
-    def __init__(self):
-        super().__init__("current transaction is aborted, commands ignored until end of transaction block")
-
-
-def _state_error(code: str, message: str) -> Error:
-    err = ProtocolViolation(message)
-    err.sqlstate = code
-    return err
-
-
-def _auth_error(code: str, message: str, hint: str | None = None) -> Error:
-    err = AuthenticationFailed(message, hint)
-    err.sqlstate = code
-    return err
-
-
 def _error_fields(err: BaseException) -> dict[str, str]:
-    if isinstance(err, EngineError) and "cancel" in str(err):
-        return {"S": "ERROR", "V": "ERROR", "C": "57014", "M": "canceling statement due to user request"}
     if isinstance(err, Error):
-        fields = dict(err.wire_fields())
-        fields["C"] = getattr(err, "sqlstate", fields.get("C", "XX000"))
-        return fields
+        return dict(err.wire_fields())
     return {"S": "ERROR", "V": "ERROR", "C": "XX000",
             "M": f"internal error ({type(err).__name__}); nothing was released"}
 
@@ -775,7 +871,7 @@ def _mentions_dpsql(sql: str) -> bool:
 
 
 _DRIVER_SETTINGS = re.compile(r"^\s*SET\s+(?:SESSION\s+)?(extra_float_digits|application_name|client_encoding|"
-                              r"datestyle|timezone|search_path|intervalstyle)\b", re.I)
+                              r"datestyle|timezone|search_path|intervalstyle)\b", re.IGNORECASE)
 
 
 def _fallback(sql: str, word: str):
@@ -862,7 +958,7 @@ class ServerThread:
         self.loop.run_until_complete(self.loop.shutdown_asyncgens())
         self.loop.close()
 
-    def start(self) -> "ServerThread":
+    def start(self) -> ServerThread:
         self._thread.start()
         self._ready.wait()
         if self._error is not None:
@@ -883,7 +979,7 @@ class ServerThread:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=30)
 
-    def __enter__(self) -> "ServerThread":
+    def __enter__(self) -> ServerThread:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -155,7 +155,7 @@ def _placeholder_type(ph, columns: dict[str, str]) -> int | None:
 
 
 _PARAM_CAST = re.compile(r"\$(\d+)::\s*([A-Za-z_]\w*(?:\s+precision|\s+varying|\s+with(?:out)?\s+time\s+zone)?"
-                         r"(?:\s*\(\s*\d+(?:\s*,\s*\d+)?\s*\))?)(?![\w.\[]|\s*\[)", re.I)
+                         r"(?:\s*\(\s*\d+(?:\s*,\s*\d+)?\s*\))?)(?![\w.\[]|\s*\[)", re.IGNORECASE)
 
 
 def _rewrite_code(sql: str, at_dollar) -> str:

@@ -1,3 +1,3 @@
--- title: EXPORT DATABASE (refused as unparseable)
--- expect: syntax error
+-- title: EXPORT DATABASE (a DuckDB command, not PostgreSQL)
+-- expect: EXPORT is not allowed
 EXPORT DATABASE 'dump_dir'

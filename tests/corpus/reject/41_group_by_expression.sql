@@ -1,3 +1,3 @@
--- title: GROUP BY an expression
--- expect: GROUP BY an expression
-SELECT COUNT(*) FROM people GROUP BY age / 10
+-- title: GROUP BY a function not admitted in expressions
+-- expect: LENGTH in an expression is not allowed
+SELECT COUNT(*) FROM people GROUP BY LENGTH(city)

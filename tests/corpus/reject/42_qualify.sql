@@ -1,3 +1,3 @@
 -- title: QUALIFY
--- expect: QUALIFY is not allowed
+-- expect: syntax error at or near "QUALIFY"
 SELECT state, COUNT(*) FROM people GROUP BY state QUALIFY COUNT(*) > 10

@@ -1,4 +1,38 @@
 -- title: AVG as a centered sum over a count
 -- policy: demo
 SELECT AVG(income) FROM people;
-SELECT SUM(CASE WHEN _v0 < -500000000000 THEN -500000000000 WHEN _v0 > 500000000000 THEN 500000000000 ELSE _v0 END) AS _v0, SUM(LEAST(_v1, 1)) AS _v1 FROM (SELECT CAST(2 AS DECIMAL) * SUM(CASE WHEN _s0 < 0 THEN 0 WHEN _s0 > 500000000000 THEN 500000000000 ELSE _s0 END) - CAST(500000000000 AS DECIMAL) * COUNT(income) AS _v0, COUNT(income) AS _v1 FROM (SELECT person_id, income, CAST(CASE WHEN income < 0 THEN 0 WHEN income > 500000 THEN 500000 ELSE income END * 1000000 AS BIGINT) AS _s0 FROM people WHERE NOT person_id IS NULL OFFSET 0) AS _rows GROUP BY person_id) AS _per_unit
+SELECT
+  SUM(
+    CASE
+      WHEN _v0 < -500000000000
+      THEN -500000000000
+      WHEN _v0 > 500000000000
+      THEN 500000000000
+      ELSE _v0
+    END
+  ) AS _v0,
+  SUM(LEAST(_v1, 1)) AS _v1
+FROM (
+  SELECT
+    _u,
+    CAST(2 AS DECIMAL) * SUM(CASE WHEN _x0 < 0 THEN 0 WHEN _x0 > 500000000000 THEN 500000000000 ELSE _x0 END) - CAST(500000000000 AS DECIMAL) * COUNT(_x0) AS _v0,
+    COUNT(_x1) AS _v1
+  FROM (
+    SELECT
+      people.person_id AS _u,
+      CAST(CASE
+        WHEN people.income < 0
+        THEN 0
+        WHEN people.income > 500000
+        THEN 500000
+        ELSE people.income
+      END * 1000000 AS BIGINT) AS _x0,
+      people.income AS _x1
+    FROM people AS people
+    WHERE
+      NOT people.person_id IS NULL
+    OFFSET 0
+  ) AS _rows
+  GROUP BY
+    _u
+) AS _per_unit

@@ -1,4 +1,60 @@
 -- title: GROUP BY with AVG and WHERE
 -- policy: demo
 SELECT education, AVG(income) FROM people WHERE age > 30 GROUP BY education;
-SELECT CAST(_g0 AS TEXT) AS _k0, SUM(CASE WHEN _v0 < -500000000000 THEN -500000000000 WHEN _v0 > 500000000000 THEN 500000000000 ELSE _v0 END) AS _v0, SUM(LEAST(_v1, 1)) AS _v1 FROM (SELECT education AS _g0, CAST(2 AS DECIMAL) * SUM(CASE WHEN _s0 < 0 THEN 0 WHEN _s0 > 500000000000 THEN 500000000000 ELSE _s0 END) FILTER(WHERE (age > 30)) - CAST(500000000000 AS DECIMAL) * COUNT(income) FILTER(WHERE (age > 30)) AS _v0, COUNT(income) FILTER(WHERE (age > 30)) AS _v1, COUNT(*) FILTER(WHERE (age > 30)) AS _hits, ROW_NUMBER() OVER (PARTITION BY person_id ORDER BY CASE WHEN COUNT(*) FILTER(WHERE (age > 30)) > 0 THEN 0 ELSE 1 END, HASHTEXTEXTENDED(CAST(ROW(person_id, education) AS TEXT), %(salt)s)) AS _rank FROM (SELECT person_id, education, income, age, CAST(CASE WHEN income < 0 THEN 0 WHEN income > 500000 THEN 500000 ELSE income END * 1000000 AS BIGINT) AS _s0 FROM people WHERE NOT person_id IS NULL AND education IN ('none', 'high_school', 'bachelor', 'master', 'phd') OFFSET 0) AS _rows GROUP BY person_id, education) AS _per_unit WHERE _rank <= 1 AND _hits > 0 GROUP BY _g0
+SELECT
+  CAST(_g0 AS TEXT) AS _k0,
+  SUM(
+    CASE
+      WHEN _v0 < -500000000000
+      THEN -500000000000
+      WHEN _v0 > 500000000000
+      THEN 500000000000
+      ELSE _v0
+    END
+  ) AS _v0,
+  SUM(LEAST(_v1, 1)) AS _v1
+FROM (
+  SELECT
+    _u,
+    _g0,
+    CAST(2 AS DECIMAL) * SUM(CASE WHEN _x0 < 0 THEN 0 WHEN _x0 > 500000000000 THEN 500000000000 ELSE _x0 END) FILTER(WHERE
+      _h) - CAST(500000000000 AS DECIMAL) * COUNT(_x0) FILTER(WHERE
+      _h) AS _v0,
+    COUNT(_x1) FILTER(WHERE
+      _h) AS _v1,
+    COUNT(*) FILTER(WHERE
+      _h) AS _hits,
+    ROW_NUMBER() OVER (
+      PARTITION BY _u
+      ORDER BY CASE WHEN COUNT(*) FILTER(WHERE
+        _h) > 0 THEN 0 ELSE 1 END, HASHTEXTEXTENDED(CAST(ROW(_u, _g0) AS TEXT), %(salt)s)
+    ) AS _rank
+  FROM (
+    SELECT
+      people.person_id AS _u,
+      people.education AS _g0,
+      CAST(CASE
+        WHEN people.income < 0
+        THEN 0
+        WHEN people.income > 500000
+        THEN 500000
+        ELSE people.income
+      END * 1000000 AS BIGINT) AS _x0,
+      people.income AS _x1,
+      (
+        people.age > 30
+      ) AS _h
+    FROM people AS people
+    WHERE
+      NOT people.person_id IS NULL
+      AND people.education IN ('none', 'high_school', 'bachelor', 'master', 'phd')
+    OFFSET 0
+  ) AS _rows
+  GROUP BY
+    _u,
+    _g0
+) AS _per_unit
+WHERE
+  _rank <= 1 AND _hits > 0
+GROUP BY
+  _g0

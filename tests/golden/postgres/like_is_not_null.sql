@@ -1,4 +1,52 @@
 -- title: LIKE patterns with % next to the salt placeholder; IS NOT NULL and ILIKE kept negated
 -- policy: demo
 SELECT state, COUNT(*), SUM(cost) FROM visits WHERE kind LIKE '%a%' AND cost IS NOT NULL AND kind NOT ILIKE 'L%' GROUP BY state;
-SELECT CAST(_g0 AS TEXT) AS _k0, SUM(LEAST(_v0, 5)) AS _v0, SUM(CASE WHEN _v1 < 0 THEN 0 WHEN _v1 > 10000000000 THEN 10000000000 ELSE _v1 END) AS _v1 FROM (SELECT state AS _g0, COUNT(*) FILTER(WHERE (kind LIKE '%a%' ESCAPE '\' AND NOT cost IS NULL AND NOT kind ILIKE 'L%' ESCAPE '\')) AS _v0, SUM(CASE WHEN _s0 < 0 THEN 0 WHEN _s0 > 2000000000 THEN 2000000000 ELSE _s0 END) FILTER(WHERE (kind LIKE '%a%' ESCAPE '\' AND NOT cost IS NULL AND NOT kind ILIKE 'L%' ESCAPE '\')) AS _v1, COUNT(*) FILTER(WHERE (kind LIKE '%a%' ESCAPE '\' AND NOT cost IS NULL AND NOT kind ILIKE 'L%' ESCAPE '\')) AS _hits, ROW_NUMBER() OVER (PARTITION BY person_id ORDER BY CASE WHEN COUNT(*) FILTER(WHERE (kind LIKE '%a%' ESCAPE '\' AND NOT cost IS NULL AND NOT kind ILIKE 'L%' ESCAPE '\')) > 0 THEN 0 ELSE 1 END, HASHTEXTEXTENDED(CAST(ROW(person_id, state) AS TEXT), %(salt)s)) AS _rank FROM (SELECT person_id, state, cost, kind, CAST(CASE WHEN cost < 0 THEN 0 WHEN cost > 2000 THEN 2000 ELSE cost END * 1000000 AS BIGINT) AS _s0 FROM visits WHERE NOT person_id IS NULL AND state IN ('CA', 'FL', 'IL', 'NY', 'OH', 'PA', 'TX', 'WA') OFFSET 0) AS _rows GROUP BY person_id, state) AS _per_unit WHERE _rank <= 2 AND _hits > 0 GROUP BY _g0
+SELECT
+  CAST(_g0 AS TEXT) AS _k0,
+  SUM(LEAST(_v0, 5)) AS _v0,
+  SUM(CASE WHEN _v1 < 0 THEN 0 WHEN _v1 > 10000000000 THEN 10000000000 ELSE _v1 END) AS _v1
+FROM (
+  SELECT
+    _u,
+    _g0,
+    COUNT(*) FILTER(WHERE
+      _h) AS _v0,
+    SUM(CASE WHEN _x1 < 0 THEN 0 WHEN _x1 > 2000000000 THEN 2000000000 ELSE _x1 END) FILTER(WHERE
+      _h) AS _v1,
+    COUNT(*) FILTER(WHERE
+      _h) AS _hits,
+    ROW_NUMBER() OVER (
+      PARTITION BY _u
+      ORDER BY CASE WHEN COUNT(*) FILTER(WHERE
+        _h) > 0 THEN 0 ELSE 1 END, HASHTEXTEXTENDED(CAST(ROW(_u, _g0) AS TEXT), %(salt)s)
+    ) AS _rank
+  FROM (
+    SELECT
+      visits.person_id AS _u,
+      visits.state AS _g0,
+      CAST(CASE
+        WHEN visits.cost < 0
+        THEN 0
+        WHEN visits.cost > 2000
+        THEN 2000
+        ELSE visits.cost
+      END * 1000000 AS BIGINT) AS _x1,
+      (
+        visits.kind LIKE '%a%' ESCAPE '\'
+        AND NOT visits.cost IS NULL
+        AND NOT visits.kind ILIKE 'L%' ESCAPE '\'
+      ) AS _h
+    FROM visits AS visits
+    WHERE
+      NOT visits.person_id IS NULL
+      AND visits.state IN ('CA', 'FL', 'IL', 'NY', 'OH', 'PA', 'TX', 'WA')
+    OFFSET 0
+  ) AS _rows
+  GROUP BY
+    _u,
+    _g0
+) AS _per_unit
+WHERE
+  _rank <= 2 AND _hits > 0
+GROUP BY
+  _g0

@@ -1,4 +1,39 @@
 -- title: PRIMARY KEY: rows clipped only, no per-unit level
 -- policy: demo
 SELECT state, SUM(income), COUNT(*) FROM people_pk GROUP BY state;
-SELECT CAST(state AS TEXT) AS _k0, SUM(CASE WHEN CAST(CASE WHEN income < 0 THEN 0 WHEN income > 500000 THEN 500000 ELSE income END * 1000000 AS BIGINT) < 0 THEN 0 WHEN CAST(CASE WHEN income < 0 THEN 0 WHEN income > 500000 THEN 500000 ELSE income END * 1000000 AS BIGINT) > 500000000000 THEN 500000000000 ELSE CAST(CASE WHEN income < 0 THEN 0 WHEN income > 500000 THEN 500000 ELSE income END * 1000000 AS BIGINT) END) AS _v0, COUNT(*) AS _v1 FROM people_pk GROUP BY state HAVING CASE WHEN state IN ('CA', 'FL', 'IL', 'NY', 'OH', 'PA', 'TX', 'WA') THEN TRUE ELSE FALSE END
+SELECT
+  CAST(_g0 AS TEXT) AS _k0,
+  SUM(CASE WHEN _v0 < 0 THEN 0 WHEN _v0 > 500000000000 THEN 500000000000 ELSE _v0 END) AS _v0,
+  SUM(LEAST(_v1, 1)) AS _v1
+FROM (
+  SELECT
+    _u,
+    _g0,
+    SUM(CASE WHEN _x0 < 0 THEN 0 WHEN _x0 > 500000000000 THEN 500000000000 ELSE _x0 END) AS _v0,
+    COUNT(*) AS _v1,
+    ROW_NUMBER() OVER (PARTITION BY _u ORDER BY HASHTEXTEXTENDED(CAST(ROW(_u, _g0) AS TEXT), %(salt)s)) AS _rank
+  FROM (
+    SELECT
+      people_pk.person_id AS _u,
+      people_pk.state AS _g0,
+      CAST(CASE
+        WHEN people_pk.income < 0
+        THEN 0
+        WHEN people_pk.income > 500000
+        THEN 500000
+        ELSE people_pk.income
+      END * 1000000 AS BIGINT) AS _x0
+    FROM people_pk AS people_pk
+    WHERE
+      NOT people_pk.person_id IS NULL
+      AND people_pk.state IN ('CA', 'FL', 'IL', 'NY', 'OH', 'PA', 'TX', 'WA')
+    OFFSET 0
+  ) AS _rows
+  GROUP BY
+    _u,
+    _g0
+) AS _per_unit
+WHERE
+  _rank <= 1
+GROUP BY
+  _g0

@@ -1,0 +1,268 @@
+"""Server resources for `dpsql serve`: no analyst can deny service to others (issue 12).
+
+What one client can make the server spend is bounded three ways:
+
+- `QuerySlots`: at most [server] max_concurrent_queries statements of one analyst run at once,
+  over all of that analyst's connections; one more is refused at once (53400), charging nothing.
+- `Watchdog`: every emulated-catalog query stops after [server] catalog_timeout seconds (57014),
+  or as soon as the client cancels, disconnects or the server shuts down; it may return at most
+  [server] catalog_max_rows rows (54000, never a silent cut). catalog_sql.py refuses, before
+  anything runs, the functions that could generate rows or text without bound.
+- `Workers`: the thread pool queries run on. Its threads are daemon threads and shutdown waits
+  for them only so long (Server.close), so a worker stuck in a query or held by the release
+  timing ([timing] floor) cannot keep `dpsql serve` from stopping.
+
+Error messages name the limit and the policy key, never a value from the data.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from dpsql.errors import ConfigurationLimitExceeded, ProgramLimitExceeded, QueryCanceled
+
+# -- errors -------------------------------------------------------------------------------------------
+
+class TooManyQueries(ConfigurationLimitExceeded):
+    """One analyst has max_concurrent_queries statements running already.
+
+    SQLSTATE 53400 configuration_limit_exceeded (class 53, insufficient resources): the resource
+    is not exhausted server-wide (that would be 53000/53200) and this is not a connection limit
+    (53300 too_many_connections): a limit the policy configures was reached, which is exactly
+    what 53400 says. It differs from BudgetExhausted's 53000, so a client can tell "retry when a
+    query has finished" from "the privacy budget is spent"."""
+
+    def __init__(self, limit: int):
+        super().__init__(f"too many queries running at once for this analyst: at most {limit} "
+                         f"([server] max_concurrent_queries); nothing was run or charged",
+                         "wait for a running query to finish, or cancel it, and retry")
+        self.limit = limit
+
+
+class StatementTimeout(QueryCanceled):
+    """A catalog query ran longer than catalog_timeout: 57014, as PostgreSQL's statement_timeout."""
+
+    def __init__(self, seconds: float):
+        super().__init__(f"canceling statement due to statement timeout: a catalog query may run for at most "
+                         f"{seconds:g} s ([server] catalog_timeout)",
+                         "dpsql answers catalog queries with names and types only; narrow the query")
+        self.seconds = seconds
+
+
+class RowLimitExceeded(ProgramLimitExceeded):
+    """A catalog query would return more than catalog_max_rows rows.
+
+    SQLSTATE 54000 program_limit_exceeded: the statement is valid but exceeds a limit of the
+    server; the answer is refused whole rather than cut, so a client never takes a partial
+    catalog for the complete one."""
+
+    def __init__(self, limit: int):
+        super().__init__(f"a catalog query may return at most {limit} rows ([server] catalog_max_rows); "
+                         f"this one returns more, and nothing was returned",
+                         "add a WHERE clause or a LIMIT")
+        self.limit = limit
+
+
+# -- per-analyst slots --------------------------------------------------------------------------------
+
+class QuerySlots:
+    """How many statements each analyst has running, over all their connections.
+
+    Prevents one analyst (or one stolen password) from taking every worker of the server: each
+    analyst holds at most `limit` workers at a time, so the others keep theirs. Safe because a
+    refusal happens before the statement reaches the Session or the catalog: nothing runs,
+    nothing is charged, and the refusal depends only on the analyst's own queries in flight,
+    never on data. The slot is given back when the worker finishes (not when the client stops
+    waiting), so a query still running after a disconnect, or held by the release timing, counts.
+    """
+
+    def __init__(self, limit: int):
+        if limit < 1:
+            raise ValueError("max_concurrent_queries must be at least 1")
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._running: dict[str, int] = {}
+
+    def acquire(self, analyst: str) -> None:
+        """Take a slot, or raise TooManyQueries."""
+        with self._lock:
+            n = self._running.get(analyst, 0)
+            if n >= self.limit:
+                raise TooManyQueries(self.limit)
+            self._running[analyst] = n + 1
+
+    def release(self, analyst: str) -> None:
+        with self._lock:
+            n = self._running.get(analyst, 0) - 1
+            if n > 0:
+                self._running[analyst] = n
+            else:
+                self._running.pop(analyst, None)
+
+    def running(self, analyst: str | None = None) -> int:
+        """Statements running now: of one analyst, or of all."""
+        with self._lock:
+            if analyst is not None:
+                return self._running.get(analyst, 0)
+            return sum(self._running.values())
+
+
+# -- the worker pool ----------------------------------------------------------------------------------
+
+class Workers(concurrent.futures.Executor):
+    """A thread pool like ThreadPoolExecutor, but of daemon threads that the interpreter does not
+    join at exit, and with a bounded wait for running work (`wait(timeout)`).
+
+    ThreadPoolExecutor's threads are joined when the interpreter exits, so one query that ignores
+    its cancel (a C call that never returns, an answer held by [timing] floor, up to 600 s) would
+    keep a stopped server's process alive. Here shutdown cancels what has not started, waits
+    as long as the caller chooses, and goes on."""
+
+    def __init__(self, max_workers: int, thread_name_prefix: str = "dpsql-q"):
+        self.max_workers = max_workers
+        self._prefix = thread_name_prefix
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._busy = 0
+        self._all_done = threading.Condition(self._lock)
+        self._shutdown = False
+        self._count = itertools.count(1)
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
+        with self._lock:
+            if self._shutdown:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            fut: concurrent.futures.Future = concurrent.futures.Future()
+            self._queue.put((fut, fn, args, kwargs))
+            if not self._idle.acquire(timeout=0) and len(self._threads) < self.max_workers:
+                t = threading.Thread(target=self._work, name=f"{self._prefix}_{next(self._count)}", daemon=True)
+                self._threads.append(t)
+                t.start()
+        return fut
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                self._queue.put(None)          # wake the next thread too
+                return
+            fut, fn, args, kwargs = item
+            del item
+            if fut.set_running_or_notify_cancel():
+                with self._lock:
+                    self._busy += 1
+                try:
+                    result = fn(*args, **kwargs)
+                except BaseException as err:  # noqa: BLE001 - handed to the waiter
+                    fut.set_exception(err)
+                else:
+                    fut.set_result(result)
+                finally:
+                    with self._lock:
+                        self._busy -= 1
+                        if self._busy == 0:
+                            self._all_done.notify_all()
+                del fut, fn, args, kwargs
+            with self._lock:
+                if self._shutdown:
+                    continue
+            self._idle.release()
+
+    def busy(self) -> int:
+        """Tasks running now."""
+        with self._lock:
+            return self._busy
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the running tasks; True if none is left."""
+        end = time.monotonic() + max(0.0, timeout)
+        with self._lock:
+            while self._busy:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._all_done.wait(left)
+            return True
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """No new tasks; with cancel_futures, queued ones are cancelled. `wait` waits for the
+        running ones without a bound (Server.close uses wait=False and a bounded `wait()`)."""
+        with self._lock:
+            self._shutdown = True
+        if cancel_futures:
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    item[0].cancel()
+        self._queue.put(None)
+        if wait:
+            for t in list(self._threads):
+                t.join()
+
+
+# -- the catalog's watchdog ---------------------------------------------------------------------------
+
+class Watchdog:
+    """Interrupts one running catalog query at its deadline or on cancel().
+
+    DuckDB has no statement timeout, so a thread calls the connection's interrupt() from outside.
+    An interrupt() that arrives just before the query starts is lost (DuckDB clears the flag when
+    a query begins), so once triggered the watchdog repeats it every 50 ms until the query ends.
+
+        with Watchdog(cursor.interrupt, timeout) as dog:
+            cursor.execute(...)
+        dog.reason   # None, "timeout" or "cancel"
+    """
+
+    _REPEAT = 0.05
+
+    def __init__(self, interrupt: Callable[[], None], timeout: float):
+        self._interrupt = interrupt
+        self._deadline = time.monotonic() + timeout
+        self._cond = threading.Condition()
+        self._done = False
+        self.reason: str | None = None
+        self._thread = threading.Thread(target=self._watch, name="dpsql-catalog-watchdog", daemon=True)
+
+    def __enter__(self) -> Watchdog:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self._cond:
+            self._done = True
+            self._cond.notify_all()
+
+    def cancel(self) -> None:
+        """From any thread: stop the query (CancelRequest, disconnect, shutdown)."""
+        with self._cond:
+            if self._done:
+                return
+            if self.reason is None:
+                self.reason = "cancel"
+            self._cond.notify_all()
+
+    def _watch(self) -> None:
+        with self._cond:
+            while not self._done:
+                if self.reason is None:
+                    left = self._deadline - time.monotonic()
+                    if left > 0:
+                        self._cond.wait(left)
+                        continue
+                    self.reason = "timeout"
+                try:
+                    self._interrupt()
+                except Exception:     # noqa: BLE001 - a closed connection has nothing to stop
+                    pass
+                self._cond.wait(self._REPEAT)

@@ -1,0 +1,104 @@
+"""Pass 1, rows: the joined relation's rows, policy-filtered, as flat named columns.
+
+    SELECT <unit> AS _u, <key> AS _g0, ..., <measure input> AS _x0, ..., (<WHERE>) AS _h
+    FROM <relation> WHERE <unit> IS NOT NULL AND <key> IN (<public domain>) ...
+
+Everything after reads these names only, whatever the FROM clause was (one table, joins, links,
+per-unit subqueries, semi-join flags). The filters here come from the policy, never from the
+analyst: the analyst's WHERE is the per-row flag `_h`, evaluated inside the aggregates
+(`FILTER (WHERE _h)`), so the engine cannot skip work on it by its statistics (zone maps,
+DuckDB's statistics propagation, PostgreSQL's index choice, Spark's Parquet pruning): each of
+those would make run time answer a question about the data. A sum's input is the clamped,
+scaled, rounded BIGINT (dpsql.rewrite.clip.scaled_cast), computed once per row; on engines
+that do not share common subexpressions the subquery is fenced (EngineDialect.fence_rows).
+
+Example (visits, SUM(cost) WHERE kind = 'lab' GROUP BY state):
+    SELECT visits.person_id AS _u, visits.state AS _g0,
+           CAST(CASE WHEN visits.cost < 0 ... END * 1000000 AS BIGINT) AS _x0,
+           (visits.kind = 'lab') AS _h
+    FROM visits AS visits
+    WHERE NOT visits.person_id IS NULL AND visits.state IN ('CA', ...)
+"""
+from __future__ import annotations
+
+import datetime as _dt
+
+from sqlglot import exp
+
+from dpsql.analysis.plan import QueryPlan
+from dpsql.dialects import EngineDialect
+from dpsql.rewrite import relation as fr
+from dpsql.rewrite.aggregates import input_name
+from dpsql.rewrite.clip import number, scaled_cast
+
+ROWS = "_rows"
+
+
+def rows_select(plan: QueryPlan, d: EngineDialect, *, domain: bool = True, fence: bool = True) -> exp.Select:
+    rel = plan.relation
+    cols: list[exp.Expression] = [exp.alias_(fr.unit_column(rel), "_u", copy=False)]
+    cols += [exp.alias_(k.expr.copy(), k.name, copy=False) for k in plan.keys]
+    scaled = False
+    for m in plan.measures:
+        if m.input is None:
+            continue
+        value = m.input.copy()
+        if m.kind == "sum" and m.scale != 1:
+            value, scaled = scaled_cast(value, m.lo, m.hi, m.scale, d), True
+        cols.append(exp.alias_(value, input_name(m), copy=False))
+    if plan.where is not None:
+        cols.append(exp.alias_(exp.Paren(this=fr.condition(plan.where, d)), "_h", copy=False))
+    for text, (name, cond) in filters(plan).items():
+        cols.append(exp.alias_(exp.Paren(this=fr.condition(cond, d)), name, copy=False))
+    conds = [c for c in (fr.not_null_unit(rel),) if c is not None]
+    if domain:
+        conds += domain_filters(plan)
+    sel = fr.select(cols, rel, d, _and(conds), [])
+    if fence and scaled and d.fence_rows:
+        sel.set("offset", exp.Offset(expression=exp.Literal.number(0)))
+    return sel
+
+
+def filters(plan: QueryPlan) -> dict[str, tuple[str, exp.Expression]]:
+    """The aggregates' own FILTER (WHERE ...) conditions, each once: SQL text -> (_f<j>, condition).
+    Like WHERE, each is a per-row flag evaluated inside the aggregates."""
+    out: dict[str, tuple[str, exp.Expression]] = {}
+    for m in plan.measures:
+        if m.filter is not None:
+            text = m.filter.sql("postgres")
+            if text not in out:
+                out[text] = (f"_f{len(out)}", m.filter)
+    return out
+
+
+def domain_filters(plan: QueryPlan, *, names: bool = False) -> list[exp.Expression]:
+    """`key IN (domain)` for each key with a domain declared in the policy (a public table's
+    values need none: every row's key comes from that table; nor does an expression's derived
+    domain, which holds every value the expression can take but NULL, and a NULL key is never
+    released from a domain without it). names: on the _g column."""
+    out = []
+    for k in plan.keys:
+        if k.domain is not None and k.domain_source is None and k.derived is None:
+            items = [exp.Literal.string(v) if isinstance(v, str) else exp.Boolean(this=v) if isinstance(v, bool)
+                     else exp.Cast(this=exp.Literal.string(v.isoformat()), to=exp.DataType.build("DATE"))
+                     if isinstance(v, _dt.date) else number(v) for v in k.domain if v is not None]
+            out.append(exp.In(this=exp.column(k.name) if names else k.expr.copy(), expressions=items))
+    return out
+
+
+def subquery(sel: exp.Select, alias: str) -> exp.Subquery:
+    return exp.Subquery(this=sel, alias=exp.TableAlias(this=exp.to_identifier(alias)))
+
+
+def _and(conds: list[exp.Expression]) -> exp.Expression | None:
+    if not conds:
+        return None
+    out = conds[0]
+    for c in conds[1:]:
+        out = exp.And(this=out, expression=c)
+    return out
+
+
+def rows(tree: exp.Select | None, plan: QueryPlan, d: EngineDialect) -> exp.Select:
+    """The first pass: the rows subquery (tree is None)."""
+    return rows_select(plan, d)

@@ -1,0 +1,89 @@
+"""`dpsql init FILE`: a starter policy from a CSV or Parquet file's schema.
+
+Only the file's column names and types go into the policy; never a value: no minimum or maximum
+(bounds learnt from the data would tell an analyst the extremes, which may be one person's), no
+list of distinct values (a rare value may be one person's). Bounds and value lists must come from
+what is public about the domain. Every declaration is written commented out, so the user decides
+what to expose; with one privacy_unit line uncommented the file is a valid policy.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+
+from dpsql.engines.duckdb import file_columns, file_table_name, is_file_target
+from dpsql.errors import InterfaceError
+
+_BARE = re.compile(r"[A-Za-z0-9_-]+")
+_NUMERIC = re.compile(r"^(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|U\w*INT|FLOAT|DOUBLE|REAL|DECIMAL.*)$", re.IGNORECASE)
+
+
+def _key(name: str) -> str:
+    return name if _BARE.fullmatch(name) else '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _hint(sql_type: str) -> str:
+    t = sql_type.upper()
+    if _NUMERIC.match(t):
+        return "number: for SUM/AVG give public bounds { lower = L, upper = U }"
+    if t == "DATE":
+        return "date: bounds are dates, { lower = 2000-01-01, upper = 2030-12-31 }"
+    if t.startswith("TIMESTAMP"):
+        return "timestamp: filter only for now"
+    if t == "BOOLEAN":
+        return "boolean: GROUP BY it with { values = [...] } only if stored as text"
+    return 'text: to GROUP BY it without a noisy threshold list its public keys { values = ["a", "b"] }'
+
+
+def table_name(path: str) -> str:
+    """The table a file becomes (its stem; a glob's directory name)."""
+    return file_table_name(path)
+
+
+def starter_policy(path: str) -> str:
+    """The text of a starter policy for the CSV or Parquet file at `path`."""
+    if not is_file_target(path):
+        raise InterfaceError(f"{path!r} is not a .csv, .tsv or .parquet file")
+    columns = file_columns(path)
+    table = file_table_name(path)
+    stem = table
+    width = max([len(_key(c)) for c, _ in columns] + [10])
+    out = [
+        f"# dpsql starter policy for {path}, written by `dpsql init` from the file's",
+        "# schema: column names and types only. No value of the data was read into this file: no",
+        "# minimum, maximum or list of distinct values, since those can be one person's. Take bounds",
+        "# and value lists from what is public about each column's domain, not from the data.",
+        "#",
+        "# Next: uncomment ONE privacy_unit line below and the columns analysts may use, then check:",
+        f"#   dpsql policy check {stem}.toml --database {shlex.quote(path)}",
+        f'#   dpsql query {shlex.quote(path)} "SELECT COUNT(*) FROM {table}" --policy {stem}.toml --analyst alice',
+        "",
+        "# Each analyst's lifetime budget. Every query spends some of it (default: epsilon 0.1 a query",
+        "# under zCDP accounting); when it is used up, that analyst gets no more answers.",
+        "[budget]",
+        "epsilon = 1.0",
+        "delta = 1e-6       # below 1/(number of people); allows GROUP BY keys not listed as values",
+        '# ledger = "spending.sqlite"   # where spending is recorded (default: beside this file)',
+        "",
+        f"[tables.{_key(table)}]",
+        f'# source = "{path}"   # only when the database is not this file itself (a path or glob)',
+        "# privacy_unit: the column that identifies one person (or whatever one protected unit is:",
+        "# a household, a customer). Every query bounds what one unit contributes; one unit's rows",
+        "# are what the noise hides. Uncomment exactly one (and do not declare it under columns):",
+    ]
+    for name, sql_type in columns:
+        out.append(f'# privacy_unit = "{name}"{" " * max(1, width - len(name))}# {sql_type}')
+    out += [
+        "max_rows_per_unit = 1      # rows one unit may have here; rows beyond it are dropped before aggregating",
+        "max_groups_per_unit = 1    # groups of a GROUP BY one unit may add to",
+        "",
+        f"[tables.{_key(table)}.columns]",
+        "# The only columns a query may use; a column left commented out cannot appear in any query.",
+        "#   name = {}                          filter only (WHERE); GROUP BY on it needs a noisy",
+        "#                                      threshold on each key (so the budget needs a delta)",
+        "#   name = { lower = L, upper = U }    public bounds: SUM and AVG clamp each value into them",
+        "#   name = { values = [...] }          the public list of keys: GROUP BY releases every one",
+    ]
+    for name, sql_type in columns:
+        out.append(f"# {_key(name)} = {{}}{' ' * (width - len(_key(name)))}  # {sql_type}: {_hint(sql_type)}")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,167 @@
+"""Row expressions (engine-free): derived ranges, public domains, total SQL, refusals; and the
+plans of aggregates over them, FILTER, COUNT(DISTINCT unit), VARIANCE/STDDEV and WHERE's
+narrowing of a key's domain."""
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+from dpsql.analysis.analyze import Schema, Settings, analyze
+from dpsql.analysis.parse import classify
+from dpsql.errors import QueryRejected
+from dpsql.policy import load_policy
+from dpsql.rewrite import to_sql
+
+TYPES = {"pid": "BIGINT", "age": "INTEGER", "income": "DOUBLE", "state": "VARCHAR", "score": "DECIMAL(10,2)",
+         "flag": "BOOLEAN", "raw": "BIGINT", "day": "DATE", "open_day": "DATE", "at": "TIMESTAMP"}
+POLICY = load_policy({
+    "budget": {"epsilon": 10.0, "delta": 1e-3, "ledger": "unused.sqlite"},
+    "defaults": {"epsilon": 1.0, "delta": 1e-6},
+    "tables": {"p": {"privacy_unit": "pid", "max_rows_per_unit": 2, "max_groups_per_unit": 2, "columns": {
+        "age": {"lower": 0, "upper": 120}, "income": {"lower": 0, "upper": 500000},
+        "state": {"values": ["CA", "NY", "TX"]}, "score": {"lower": -10, "upper": 10}, "flag": {}, "raw": {},
+        "day": {"lower": datetime.date(2023, 1, 1), "upper": "2024-12-31"}, "open_day": {}, "at": {}}}}})
+SETTINGS = Settings(1.0, 1e-6, "laplace")
+
+
+def plan(sql: str, dialect: str = "duckdb"):
+    schema = Schema(columns={"p": TYPES}, base_tables=frozenset({"p"}))
+    return analyze(classify(sql).tree, POLICY, schema, SETTINGS, dialect)
+
+
+def refused(sql: str) -> str:
+    with pytest.raises(QueryRejected) as err:
+        plan(sql)
+    return str(err.value)
+
+
+@pytest.mark.parametrize("expr, domain", [
+    ("age / 10 * 10", tuple(range(0, 121, 10))),                       # whole-number buckets of [0, 120]
+    ("age / 25", (0, 1, 2, 3, 4)),                                      # integer division truncates
+    ("age % 7", tuple(range(7))),
+    ("CASE WHEN age < 30 THEN 'young' WHEN age < 60 THEN 'middle' ELSE 'old' END", ("middle", "old", "young")),
+    ("CASE WHEN state = 'CA' THEN 1 ELSE 2 END", (1, 2)),
+    ("age > 50", (False, True)),
+    ("LEAST(age / 10, 5)", (0, 1, 2, 3, 4, 5)),
+])
+def test_group_by_an_expression_releases_its_derived_domain(expr, domain):
+    p = plan(f"SELECT {expr} AS k, COUNT(*) FROM p GROUP BY {expr}")
+    assert p.keys[0].domain == domain
+    assert p.selection is None and p.domain_size == len(domain)
+    assert [o.expr for o in p.outputs][0] == ("key", 0)
+
+
+D = datetime.date
+
+
+@pytest.mark.parametrize("expr, first, last, n", [
+    ("date_trunc('month', day)", D(2023, 1, 1), D(2024, 12, 1), 24),
+    ("date_trunc('quarter', day)", D(2023, 1, 1), D(2024, 10, 1), 8),
+    ("date_trunc('year', day)", D(2023, 1, 1), D(2024, 1, 1), 2),
+    ("date_trunc('week', day)", D(2022, 12, 26), D(2024, 12, 30), 106),       # ISO weeks start on Monday
+    ("date_trunc('day', day)", D(2023, 1, 1), D(2024, 12, 31), 731),
+    ("EXTRACT(year FROM day)", 2023, 2024, 2),
+    ("EXTRACT(dow FROM day)", 0, 6, 7),
+    ("date_part('isodow', day)", 1, 7, 7),
+    ("EXTRACT(doy FROM day)", 1, 366, 366),
+    ("EXTRACT(week FROM day)", 1, 52, 52),       # no ISO year among 2022-2025 has a week 53
+    ("EXTRACT(month FROM day) / 4", 0, 3, 4),
+])
+def test_dates_with_declared_bounds_give_derived_domains(expr, first, last, n):
+    p = plan(f"SELECT {expr} AS k, COUNT(*) FROM p GROUP BY 1")
+    dom = p.keys[0].domain
+    assert (dom[0], dom[-1], len(dom)) == (first, last, n) and p.selection is None
+    assert p.keys[0].sql_type == ("DATE" if "trunc" in expr else "BIGINT")
+
+
+def test_date_functions_clamp_first_and_spark_counts_dow_from_sunday_one():
+    sql = to_sql(plan("SELECT EXTRACT(dow FROM day) AS k, COUNT(*) FROM p GROUP BY 1", "spark"), "spark")
+    assert "CASE WHEN p.day < CAST('2023-01-01' AS DATE)" in sql and "EXTRACT(DAYOFWEEK FROM" in sql and "- 1" in sql
+    pg = to_sql(plan("SELECT date_trunc('month', day) AS k, COUNT(*) FROM p GROUP BY 1", "postgres"), "postgres")
+    assert "DATE_TRUNC('MONTH', CAST(CASE WHEN" in pg and "AS TIMESTAMP)) AS DATE)" in pg
+    s = plan("SELECT SUM(EXTRACT(month FROM day)) AS m FROM p").measures[0]
+    assert (s.lo, s.hi) == (1, 12)
+
+
+def test_group_by_an_output_alias_and_position():
+    a = plan("SELECT age / 10 * 10 AS band, COUNT(*) FROM p GROUP BY band")
+    b = plan("SELECT age / 10 * 10 AS band, COUNT(*) FROM p GROUP BY 1")
+    assert a.keys[0].domain == b.keys[0].domain == tuple(range(0, 121, 10))
+
+
+def test_expressions_without_a_finite_domain_go_through_partition_selection():
+    p = plan("SELECT income / 1000 AS k, COUNT(*) FROM p GROUP BY income / 1000")
+    assert p.keys[0].domain is None and p.selection is not None
+
+
+def test_sum_and_avg_of_expressions_take_their_derived_range():
+    p = plan("SELECT SUM(CASE WHEN state = 'CA' THEN 1 ELSE 0 END), AVG(income / 1000), SUM(score * 2) FROM p")
+    s, a, _, t = p.measures[0], p.measures[1], p.measures[2], p.measures[3]
+    assert (s.lo, s.hi, s.scale) == (0, 1, 1)
+    assert (a.lo, a.hi) == (0, 500) and a.centered
+    assert (t.lo, t.hi) == (-20, 20)
+    assert p.noise[0].linf == 2 * 1         # max_rows_per_unit x the derived bound
+
+
+def test_expression_sql_clamps_its_columns_first():
+    sql = to_sql(plan("SELECT SUM(age * 2) FROM p"))
+    assert "WHEN p.age < 0 THEN 0 WHEN p.age > 120 THEN 120" in sql.replace("\n", " ")
+
+
+def test_filter_clause_is_a_per_measure_condition():
+    p = plan("SELECT COUNT(*) FILTER (WHERE age > 50) AS old, COUNT(*) AS n FROM p")
+    assert p.measures[0].filter is not None and p.measures[1].filter is None
+    assert p.noise[0].linf == p.noise[1].linf == 2
+    sql = to_sql(p).replace(" ", "").replace("\n", "")
+    assert "(p.age>50)AS_f0" in sql and "COUNT(*)FILTER(WHERE_f0)AS_v0" in sql
+
+
+def test_count_distinct_unit_counts_each_unit_once_per_group():
+    p = plan("SELECT state, COUNT(DISTINCT pid) FROM p GROUP BY state")
+    assert p.measures[0].cap == 1 and p.noise[0].linf == 1 and p.l0 == 2
+    assert plan("SELECT COUNT(DISTINCT state) FROM p").distincts      # another column: dpsql.analysis.distinct
+
+
+def test_variance_and_stddev():
+    p = plan("SELECT VARIANCE(age), STDDEV_POP(income) FROM p")
+    kinds = [(m.kind, m.centered, m.squared) for m in p.measures]
+    assert ("sum", False, True) in kinds and ("sum", True, False) in kinds and ("count", False, False) in kinds
+    sq = next(m for m in p.measures if m.squared and m.column == "age")
+    assert p.noise[p.measures.index(sq)].linf == 2 * 60 ** 2          # rows x ((hi - lo) / 2)^2
+    assert p.outputs[0].expr[0] == "var" and p.outputs[0].expr[6] is True      # VARIANCE is the sample one
+    assert p.outputs[1].expr[6] is False and p.outputs[1].expr[7] is True       # STDDEV_POP: root, population
+
+
+def test_where_narrows_a_public_domain():
+    assert plan("SELECT state, COUNT(*) FROM p WHERE state IN ('CA', 'NY') GROUP BY state").keys[0].domain == ("CA", "NY")
+    assert plan("SELECT state, COUNT(*) FROM p WHERE state = 'TX' AND age > 3 GROUP BY state").keys[0].domain == ("TX",)
+    assert plan("SELECT state, COUNT(*) FROM p WHERE state <> 'TX' GROUP BY state").keys[0].domain == ("CA", "NY")
+    assert plan("SELECT state, COUNT(*) FROM p WHERE state = 'CA' OR age > 3 GROUP BY state").keys[0].domain == \
+        ("CA", "NY", "TX")                                            # not a conjunct: no narrowing
+
+
+@pytest.mark.parametrize("sql, reason", [
+    ("SELECT SUM(age / income) FROM p", "division by anything but a non-zero number"),
+    ("SELECT SUM(age / 0) FROM p", "non-zero"),
+    ("SELECT SUM(raw * 2) FROM p", "no declared bounds"),
+    ("SELECT SUM(age * 1000000000000000) FROM p", "overflow"),
+    ("SELECT SUM(CAST(income AS INTEGER)) FROM p", "round it differently"),
+    ("SELECT SUM(LENGTH(state)) FROM p", "in an expression"),
+    ("SELECT pid % 2 AS k, COUNT(*) FROM p GROUP BY pid % 2", "no declared bounds"),
+    ("SELECT SUM(CASE WHEN age > 3 THEN 'a' ELSE 1 END) FROM p", "different types"),
+    ("SELECT date_trunc('month', open_day) AS m, COUNT(*) FROM p GROUP BY 1", "no declared date bounds"),
+    ("SELECT EXTRACT(year FROM at) AS y, COUNT(*) FROM p GROUP BY 1", "TIMESTAMP"),
+    ("SELECT date_trunc('hour', day) AS m, COUNT(*) FROM p GROUP BY 1", "units admitted"),
+    ("SELECT EXTRACT(epoch FROM day) AS m, COUNT(*) FROM p GROUP BY 1", "fields admitted"),
+    ("SELECT EXTRACT(year FROM age) AS m, COUNT(*) FROM p GROUP BY 1", "applies to dates"),
+])
+def test_refusals(sql, reason):
+    assert reason in refused(sql)
+
+
+@pytest.mark.parametrize("dialect", ["duckdb", "postgres", "spark"])
+def test_every_dialect_generates_it(dialect):
+    for sql in ("SELECT age / 10 * 10 AS band, COUNT(*), SUM(score * 2), VARIANCE(income) FROM p GROUP BY band",
+                "SELECT COUNT(*) FILTER (WHERE age > 3), COUNT(DISTINCT pid) FROM p"):
+        assert to_sql(plan(sql, dialect), dialect)

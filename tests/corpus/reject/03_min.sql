@@ -1,3 +1,0 @@
--- title: MIN can be set by one person
--- expect: MIN() is not allowed
-SELECT MIN(age) FROM people

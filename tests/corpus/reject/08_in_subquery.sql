@@ -1,3 +1,0 @@
--- title: IN (SELECT ...)
--- expect: subqueries is not allowed
-SELECT COUNT(*) FROM people WHERE person_id IN (SELECT person_id FROM people WHERE age > 90)

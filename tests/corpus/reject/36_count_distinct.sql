@@ -1,3 +1,0 @@
--- title: COUNT(DISTINCT ...)
--- expect: COUNT(DISTINCT ...)
-SELECT COUNT(DISTINCT city) FROM people

@@ -1,0 +1,3 @@
+-- title: COUNT(DISTINCT <expression>)
+-- expect: COUNT(DISTINCT <expression>) is not allowed
+SELECT COUNT(DISTINCT age + 1) FROM people

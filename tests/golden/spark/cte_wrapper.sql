@@ -1,0 +1,50 @@
+-- title: A row-level CTE inside a BI tool's wrapper (post-processing of the released rows)
+-- policy: demo
+SELECT * FROM (WITH adults AS (SELECT * FROM people WHERE age >= 18) SELECT state, SUM(income) AS total FROM adults GROUP BY state) AS virtual_table LIMIT 1000;
+SELECT
+  CAST(_g0 AS STRING) AS _k0,
+  SUM(
+    CAST(CASE WHEN _v0 < 0 THEN 0 WHEN _v0 > 500000000000 THEN 500000000000 ELSE _v0 END AS DECIMAL(38, 0))
+  ) AS _v0
+FROM (
+  SELECT
+    _u,
+    _g0,
+    SUM(CASE WHEN _x0 < 0 THEN 0 WHEN _x0 > 500000000000 THEN 500000000000 ELSE _x0 END) FILTER(WHERE
+      _h) AS _v0,
+    COUNT(*) FILTER(WHERE
+      _h) AS _hits,
+    ROW_NUMBER() OVER (
+      PARTITION BY _u
+      ORDER BY CASE WHEN COUNT(*) FILTER(WHERE
+        _h) > 0 THEN 0 ELSE 1 END NULLS LAST, XXHASH64(_u, _g0, :salt) NULLS LAST
+    ) AS _rank
+  FROM (
+    SELECT
+      people.person_id AS _u,
+      people.state AS _g0,
+      CAST(ROUND(
+        CASE
+          WHEN people.income < 0
+          THEN 0
+          WHEN people.income > 500000
+          THEN 500000
+          ELSE people.income
+        END * 1000000
+      ) AS BIGINT) AS _x0,
+      (
+        people.age >= 18
+      ) AS _h
+    FROM people AS people
+    WHERE
+      NOT people.person_id IS NULL
+      AND people.state IN ('CA', 'FL', 'IL', 'NY', 'OH', 'PA', 'TX', 'WA')
+  ) AS _rows
+  GROUP BY
+    _u,
+    _g0
+) AS _per_unit
+WHERE
+  _rank <= 1 AND _hits > 0
+GROUP BY
+  _g0

@@ -1,0 +1,28 @@
+"""A session keeps its recent plans: the same text, parameters, settings and schema give the same
+plan without parsing, analysing or rewriting again; anything else plans afresh."""
+from __future__ import annotations
+
+import dpsql
+from tests.conftest import policy_for
+
+
+def test_plans_are_kept_per_text_parameters_settings_and_schema(people_db, tmp_path):
+    conn = dpsql.connect(people_db, policy=policy_for(tmp_path), analyst="a")
+    s = conn.session
+    q = "SELECT state, COUNT(*) FROM people WHERE age > 30 GROUP BY state"
+    p1 = s.plan(q)
+    assert s.plan(q) is p1                                   # kept
+    assert s.plan(q, cached=False) is not p1                 # afresh when asked
+    assert s.plan(q, cached=False) == p1 or s.plan(q, cached=False).text == p1.text
+    s.execute("SET dpsql.epsilon = 0.3")
+    p2 = s.plan(q)
+    assert p2 is not p1 and p2.cost.epsilon == 0.3           # settings are part of what a plan means
+    cur = conn.cursor()
+    cur.execute("SELECT COUNT(*) FROM people WHERE age > ?", [30])
+    cur.execute("SELECT COUNT(*) FROM people WHERE age > ?", [40])
+    assert len({id(v[1]) for v in s._plans.values()}) == len(s._plans)   # one plan per parameter set
+    s._refresh_schema()                                       # a re-read schema: every plan is made again
+    assert s.plan(q) is not p2
+    public = "SELECT r.region, COUNT(*) FROM people p JOIN regions r ON p.state = r.state GROUP BY r.region"
+    assert s.plan(public) is not s.plan(public)              # it reads a public table's values: never kept
+    conn.close()
