@@ -12,6 +12,8 @@ one walk over the parse tree (_Walk). The generator draws names from NAMES.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import datetime as dt
 import re
 import zlib
@@ -635,8 +637,9 @@ class _Walk:
             self.bad("P1: a column list gives a per-unit subquery two columns of one name")
             self.replace(node, "")
             return rel
-        return Rel(rel.kind, cols, rel.protected, rel.filtered, rel.table, rel.link, rel.star, None, None,
-                   rel.aliases, rel.simple)
+        # every other fact (J4's unit_where included) carries over; the select list is no longer
+        # the one to expose a unit in
+        return dataclasses.replace(rel, columns=cols, items_node=None, expose=None)
 
     # -- FROM
     def base(self, name: str) -> Rel:
@@ -928,7 +931,10 @@ class _Walk:
         rel = item.rel
         if rel.kind == "row" and rel.expose is not None and not rel.star and self.repair:
             inner, col = rel.expose
-            name = col.name if not [c for c in rel.columns if c.name == col.name] else self.fresh()
+            # a fresh name if any item here has a column of this name: a bare reference to it,
+            # already checked in an earlier ON, must not become ambiguous
+            taken = [c for c in rel.columns if c.name == col.name] or any(i.named(col.name) for i in scope.items)
+            name = col.name if not taken else self.fresh()
             self.wrap(rel.items_node, lambda old: f"{old}, {inner}" + (f" AS {name}" if name != col.name else ""))
             new = Column(name, col.type, col.classes, unit=True)
             rel.columns.append(new)
