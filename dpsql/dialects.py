@@ -62,6 +62,9 @@ class EngineDialect:
         extreme values west of UTC; dpsql.analysis.predicates.literal_sql).
     linear_like: LIKE/ILIKE go out as an RLIKE that cannot backtrack (Spark matches LIKE with a
         backtracking regex: n^k time on a row of n characters for k %s; dpsql.rewrite.like).
+    narrow_sums: sums are computed in BIGINT wherever the bounds prove they fit, and only the
+        engine's SUM widens them (PostgreSQL: SUM(int8) accumulates in 128-bit integers, where its
+        NUMERIC arithmetic and NUMERIC sums are several times slower; dpsql.rewrite.aggregates).
     real: the type fractional row expressions are computed in (dpsql.analysis.expressions), one in
         which arithmetic on values within the declared bounds cannot fail: DOUBLE on DuckDB and
         Spark (IEEE: no error on any result); NUMERIC on PostgreSQL, whose float8 raises on
@@ -84,6 +87,7 @@ class EngineDialect:
     linear_like: bool = False
     real: str = "DOUBLE"
     path_catalog: str | None = None
+    narrow_sums: bool = False
 
     def wide(self, value: int) -> exp.Expression:
         """An integer literal in the engine's widest exact integer type."""
@@ -94,7 +98,7 @@ DIALECTS: dict[str, EngineDialect] = {
     "duckdb": EngineDialect("duckdb", _duckdb_hash, "arg_min", False, "HUGEINT", False, False, "DOUBLE",
                             False, False, True, path_catalog="dpsql_files"),
     "postgres": EngineDialect("postgres", _postgres_hash, None, True, "NUMERIC", False, False, "NUMERIC",
-                              True, True, False, real="NUMERIC"),
+                              True, True, False, real="NUMERIC", narrow_sums=True),
     "spark": EngineDialect("spark", _spark_hash, "min_by", False, "DECIMAL(38, 0)", True, True, "DOUBLE",
                            False, False, True, ntz_timestamp_literals=True, linear_like=True),
 }

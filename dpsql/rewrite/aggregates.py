@@ -3,7 +3,10 @@
 COUNT(*) and COUNT(col) count rows; SUM sums clamped exact integers; AVG was split by the
 analysis into a centered SUM and a COUNT (avg = mid + sum/count, clamped), so here every
 measure is a COUNT or a SUM. A centered sum is 2*SUM(v) - (lo+hi)*COUNT(v), in a wide integer
-type so that no row count can overflow it.
+type so that no row count can overflow it; where the engine's SUM of BIGINT is cheap and widens
+by itself (EngineDialect.narrow_sums: PostgreSQL), it is SUM(2v - (lo+hi)) of BIGINT terms, and
+each unit's clamped contribution goes to the sum across units as a BIGINT, whenever the bounds
+prove that every term fits.
 
 The rows subquery (dpsql.rewrite.rows) holds each measure's input as `_x<i>`: the column for
 counts and integer sums, the clamped, scaled, rounded BIGINT for other sums (computed once per
@@ -23,11 +26,31 @@ def input_name(m: Measure) -> str:
     return "_x" + m.name[2:]
 
 
+INT8_MAX = 2 ** 63 - 1
+
+
+def fits_int8(*values: int) -> bool:
+    return all(-INT8_MAX <= v <= INT8_MAX for v in values)
+
+
+def _bigint(e: exp.Expression) -> exp.Expression:
+    return exp.Cast(this=e, to=exp.DataType.build("BIGINT"))
+
+
 def row_aggregate(m: Measure, d: EngineDialect) -> exp.Expression:
     """The aggregate over a unit's rows: COUNT(*), COUNT(x), SUM(v) or the centered sum."""
     if m.kind == "count":
         return exp.Count(this=exp.Star() if m.input is None else exp.column(input_name(m)))
     value = clamp(exp.column(input_name(m)), m.lo_int, m.hi_int)
+    c = m.lo_int + m.hi_int
+    if (m.centered and not m.squared and d.narrow_sums
+            and fits_int8(2 * m.lo_int - c, 2 * m.hi_int - c, m.lo_int, m.hi_int)):
+        # SUM(2v - (lo + hi)) over the unit's non-NULL values is 2*SUM(v) - (lo+hi)*COUNT(v);
+        # each term is a BIGINT in [lo - hi, hi - lo] (checked above to fit, with v itself), so
+        # no row can overflow, and the engine's SUM widens (int8 -> 128-bit on PostgreSQL).
+        term = exp.Sub(this=exp.Mul(this=_bigint(value), expression=exp.Literal.number(2)),
+                       expression=exp.Literal.number(c) if c >= 0 else exp.Neg(this=exp.Literal.number(-c)))
+        return exp.Sum(this=term)
     if m.squared:           # (2x - (lo + hi))^2 in the wide type: at most (hi - lo)^2 <= 4e34 < 1e38
         t = exp.Sub(this=exp.Mul(this=d.wide(2), expression=exp.Cast(this=value, to=exp.DataType.build(
             d.wide_int, dialect=d.name))), expression=d.wide(m.lo_int + m.hi_int))
@@ -57,4 +80,8 @@ def bounded_total(m: Measure, rows_per_unit: int, d: EngineDialect) -> exp.Expre
     bounded = clamp(v, lo * rows_per_unit, hi * rows_per_unit)
     if d.cast_sum:
         bounded = exp.Cast(this=bounded, to=exp.DataType.build(d.wide_int, dialect=d.name))
+    elif d.narrow_sums and fits_int8(lo * rows_per_unit, hi * rows_per_unit):
+        # the clamped contribution is an integer in int8's range: the cast cannot fail, and the
+        # SUM across units accumulates in the engine's cheap wide integer
+        bounded = _bigint(bounded)
     return exp.Sum(this=bounded)

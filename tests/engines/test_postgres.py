@@ -231,3 +231,46 @@ def test_division_of_tiny_values_cannot_fail_on_postgres(pg, expr, tmp_path):
     finally:
         with psycopg.connect(pg, autocommit=True) as admin:
             admin.execute("DROP TABLE IF EXISTS tiny")
+
+
+# -- narrow sums: BIGINT where the bounds prove it fits, NUMERIC where they do not
+
+@pytest.mark.parametrize("upper, rows, narrow", [(1000, 3, True), (10**15, 10_000, False)])
+def test_sums_are_bigint_only_where_the_bounds_prove_it_fits(pg, tmp_path, upper, rows, narrow):
+    """EngineDialect.narrow_sums: each unit's clamped contribution, and the centered per-row terms of
+    AVG, go out as BIGINT when every value they can take fits int8; when rows x upper passes int8's
+    limit they stay NUMERIC. Either way the released totals are the exact bounded sums: one person
+    holds 500 rows of int8's largest value, one only NULLs."""
+    data = [(g % 50, g) for g in range(1, 101)] + [(999, 2**63 - 1)] * 500 + [(998, None)] * 2
+    with psycopg.connect(pg, autocommit=True) as admin:
+        admin.execute("DROP TABLE IF EXISTS wide")
+        admin.execute("CREATE TABLE wide (pid bigint, v bigint)")
+        with admin.cursor().copy("COPY wide (pid, v) FROM STDIN") as cp:
+            for r in data:
+                cp.write_row(r)
+    policy = {"budget": {"epsilon": 1e9, "delta": 1e-6, "ledger": str(tmp_path / "l.sqlite"), "accountant": "basic"},
+              "defaults": {"epsilon": 1.0, "mechanism": "laplace"}, "timing": {"quantum": 0, "floor": 0},
+              "reconstruction": {"cache_lifetime": 0},
+              "tables": {"wide": {"privacy_unit": "pid", "max_rows_per_unit": rows, "max_groups_per_unit": 1,
+                                  "columns": {"v": {"lower": 0, "upper": upper}}}}}
+    per: dict[int, list] = {}
+    for pid, v in data:
+        per.setdefault(pid, []).append(v)
+    truth_sum = sum(min(sum(min(v, upper) for v in vs if v is not None), rows * upper) for vs in per.values())
+    truth_count = sum(min(sum(v is not None for v in vs), rows) for vs in per.values())
+    try:
+        with dpsql.connect(pg, policy=policy, analyst="alice") as conn:
+            from dpsql.rewrite import to_sql
+            sql = to_sql(conn.session.plan("SELECT SUM(v), AVG(v) FROM wide"), "postgres")
+            assert ("AS BIGINT)) AS _v0" in sql) == narrow, sql
+            cur = conn.cursor()
+            cur.execute("SET dpsql.epsilon = 1000000")
+            cur.execute("SELECT SUM(v) AS s, COUNT(v) AS c, AVG(v) AS a FROM wide")
+            (s, c, a), = cur.fetchall()
+            # noise: Laplace scales of about rows x upper / 1e5 (s) and rows / 1e5 (c)
+            assert s == pytest.approx(truth_sum, abs=rows * upper * 1e-3)
+            assert c == pytest.approx(truth_count, abs=rows * 1e-3 + 1)
+            assert a == pytest.approx(truth_sum / truth_count, rel=0.01)
+    finally:
+        with psycopg.connect(pg, autocommit=True) as admin:
+            admin.execute("DROP TABLE IF EXISTS wide")

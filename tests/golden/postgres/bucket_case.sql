@@ -3,7 +3,7 @@
 SELECT age / 10 * 10 AS band, SUM(CASE WHEN sex = 'F' THEN 1 ELSE 0 END) AS women FROM people GROUP BY band;
 SELECT
   CAST(_g0 AS TEXT) AS _k0,
-  SUM(CASE WHEN _v0 < 0 THEN 0 WHEN _v0 > 1 THEN 1 ELSE _v0 END) AS _v0
+  SUM(CAST(CASE WHEN _v0 < 0 THEN 0 WHEN _v0 > 1 THEN 1 ELSE _v0 END AS BIGINT)) AS _v0
 FROM (
   SELECT
     _u,

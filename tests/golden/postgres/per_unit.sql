@@ -2,8 +2,9 @@
 -- policy: demo
 SELECT AVG(n), COUNT(*) FROM (SELECT person_id, COUNT(*) AS n FROM visits WHERE cost > 100 GROUP BY person_id) t;
 SELECT
-  CAST(2 AS DECIMAL) * SUM(CASE WHEN _x0 < 0 THEN 0 WHEN _x0 > 10 THEN 10 ELSE _x0 END) FILTER(WHERE
-    _h) - CAST(10 AS DECIMAL) * COUNT(_x0) FILTER(WHERE
+  SUM(
+    CAST(CASE WHEN _x0 < 0 THEN 0 WHEN _x0 > 10 THEN 10 ELSE _x0 END AS BIGINT) * 2 - 10
+  ) FILTER(WHERE
     _h) AS _v0,
   COUNT(_x1) FILTER(WHERE
     _h) AS _v1,
