@@ -43,6 +43,9 @@ META = {
     "i": ("FILE", "run the statements and meta-commands in FILE"),
     "e": ("", "edit the last query in $VISUAL or $EDITOR; it runs if it ends with ';'"),
     "copy": ("(QUERY) TO FILE", "run QUERY and write its noisy result to FILE (or STDOUT) as CSV"),
+    "g": ("[FILE]", "run the last query again (an identical repeat is answered from the cache: free); "
+                    "with FILE, write its result there"),
+    "watch": ("[SECONDS]", "refused: a repeated query gets the same cached answer, so there is nothing to watch"),
     "timing": ("[on|off]", "printing how long each statement took"),
     "conninfo": ("", "the database, policy and analyst of this session"),
     "echo": ("TEXT", "print TEXT (in scripts: to the output)"),
@@ -482,6 +485,34 @@ class Shell:
         self.info(f"COPY {len(result.rows)}")
         if result.kind == "private":
             self.info(result.status, style="cyan")
+
+    def do_g(self, arg: str) -> None:
+        """psql's \\g: the last query again; \\g FILE sends its result to FILE (the screen after)."""
+        if self.last_query is None:
+            self.error(errors.ProgrammingError("\\g: there is no query to run yet", "type a query ending with ';'"))
+            return
+        if not arg:
+            self.statement(self.last_query)
+            return
+        saved, self.output = self.output, None
+        try:
+            path = os.path.expanduser(_unquote(arg))
+            self.output = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed below
+        except OSError as err:
+            self.output = saved
+            self.error(errors.InterfaceError(f"\\g: cannot write {arg}: {err.strerror}"))
+            return
+        try:
+            self.statement(self.last_query)
+        finally:
+            self.output.close()
+            self.output = saved
+
+    def do_watch(self, arg: str) -> None:
+        self.error(errors.NotSupportedError(
+            "\\watch is not available", "dpsql answers an identical repeat from its cache (it would reveal "
+            "nothing new, and fresh noise each time would let the noise be averaged away), so every run would "
+            "show the same numbers; run the query again after the data changes, or with another epsilon"))
 
     def write_raw(self, text: str) -> None:
         raise NotImplementedError

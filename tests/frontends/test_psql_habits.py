@@ -209,3 +209,22 @@ def test_completer_uses_the_whole_buffer(session):
     text = "SELECT vi FROM visits"
     got = [c.text for c in comp.get_completions(Document(text, cursor_position=len("SELECT vi")), None)]
     assert got == ["visit_date"]
+
+
+def test_script_mode_g_reruns_the_last_query_from_the_cache_and_watch_is_refused(runner, tmp_path):
+    """\\g runs the last query again: an identical repeat is the cached answer (same numbers, no
+    charge); \\g FILE writes it to FILE and leaves later output on the screen. \\watch is refused
+    with its reason, and \\g before any query says there is none."""
+    out_file = tmp_path / "again.txt"
+    script = ("\\g\nSELECT COUNT(*) AS n FROM people;\n\\g\nSHOW dpsql.budget;\n"
+              "SELECT COUNT(*) AS n FROM people;\n\\g\n" f"\\g {out_file}\n\\watch 2\nSHOW dpsql.budget;\n")
+    res = runner.invoke(cli, ["repl", "--format", "csv"], input=script)
+    assert "there is no query to run yet" in res.stderr
+    assert "\\watch is not available" in res.stderr and "cache" in res.stderr
+    lines = res.stdout.splitlines()
+    counts = [lines[i + 1] for i, line in enumerate(lines) if line == "n"]
+    assert len(counts) == 4 and len(set(counts)) == 1, res.stdout          # run, \\g, again, \\g
+    written = out_file.read_text().splitlines()
+    assert written == ["n", counts[0]]
+    budgets = [lines[i + 1] for i, line in enumerate(lines) if line.startswith("analyst,epsilon_spent")]
+    assert len(budgets) == 2 and budgets[0] == budgets[1]                  # the repeats were free
