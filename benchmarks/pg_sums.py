@@ -25,14 +25,14 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.field.data import ensure_postgres  # noqa: E402
-from benchmarks.field.run import QUERIES  # noqa: E402
-from dpsql import dialects  # noqa: E402
-from dpsql.analysis.analyze import Schema, Settings, analyze  # noqa: E402
-from dpsql.analysis.parse import classify  # noqa: E402
-from dpsql.datagen import demo_policy  # noqa: E402
-from dpsql.policy import load_policy  # noqa: E402
-from dpsql.rewrite import to_sql  # noqa: E402
+from benchmarks.field.data import ensure_postgres
+from benchmarks.field.run import QUERIES
+from dpsql import dialects
+from dpsql.analysis.analyze import Schema, Settings, analyze
+from dpsql.analysis.parse import classify
+from dpsql.datagen import demo_policy
+from dpsql.policy import load_policy
+from dpsql.rewrite import to_sql
 
 PEOPLE = {"person_id": "BIGINT", "age": "INTEGER", "income": "DOUBLE", "state": "VARCHAR", "sex": "VARCHAR",
           "education": "VARCHAR"}

@@ -43,8 +43,8 @@ META = {
     "i": ("FILE", "run the statements and meta-commands in FILE"),
     "e": ("", "edit the last query in $VISUAL or $EDITOR; it runs if it ends with ';'"),
     "copy": ("(QUERY) TO FILE", "run QUERY and write its noisy result to FILE (or STDOUT) as CSV"),
-    "g": ("[FILE]", "run the last query again (an identical repeat is answered from the cache: free); "
-                    "with FILE, write its result there"),
+    "g": ("[FILE]", ("run the last query again (an identical repeat is answered from the cache: free); "
+                     "with FILE, write its result there")),
     "watch": ("[SECONDS]", "refused: a repeated query gets the same cached answer, so there is nothing to watch"),
     "timing": ("[on|off]", "printing how long each statement took"),
     "conninfo": ("", "the database, policy and analyst of this session"),
