@@ -15,6 +15,7 @@ from dpsql.frontends.pgwire import codec
 from dpsql.frontends.pgwire import server as server_mod
 from dpsql.frontends.pgwire.auth import ScramClient
 from tests.proxy.conftest import PASSWORD, raw_connect, recv_all, start_proxy, wait_for
+from tests.proxy.wire import read_messages as _read_messages
 
 
 @pytest.fixture(scope="module")
@@ -24,25 +25,6 @@ def strict(people_db, tmp_path_factory):
     yield p
     p.server.stop()
     p.backend.close()
-
-
-def _read_messages(sock: socket.socket, until: str = "Z", timeout: float = 10) -> list[tuple[str, bytes]]:
-    """Backend messages up to and including the first of type `until` (or the connection's end)."""
-    sock.settimeout(timeout)
-    buf, out = b"", []
-    while True:
-        while len(buf) >= 5:
-            kind, n = struct.unpack("!ci", buf[:5])
-            if len(buf) < 1 + n:
-                break
-            out.append((kind.decode(), buf[5:1 + n]))
-            buf = buf[1 + n:]
-            if out[-1][0] == until:
-                return out
-        chunk = sock.recv(65536)
-        if not chunk:
-            return out
-        buf += chunk
 
 
 def _fields(body: bytes) -> dict[str, str]:

@@ -21,6 +21,7 @@ from dpsql.frontends.pgwire.server import ServerThread
 from dpsql.session import Backend
 from tests.conftest import policy_for
 from tests.proxy.conftest import raw_connect
+from tests.proxy.wire import read_messages as _read
 
 PASSWORD = "pw"
 ITERATIONS = 8192           # not the default 4096: an unknown user must get this too
@@ -32,24 +33,6 @@ def _policy(tmp_path) -> dict:
                 for name in ("alice", "bob", "carol")}
     analysts["odd"] = {"password": make_verifier(PASSWORD)}          # one of another shape: not the common one
     return policy_for(tmp_path, analysts=analysts)
-
-
-def _read(sock, until: str) -> list[tuple[str, bytes]]:
-    sock.settimeout(20)
-    buf, out = b"", []
-    while True:
-        while len(buf) >= 5:
-            kind, n = struct.unpack("!ci", buf[:5])
-            if len(buf) < 1 + n:
-                break
-            out.append((kind.decode(), buf[5:1 + n]))
-            buf = buf[1 + n:]
-            if out[-1][0] == until:
-                return out
-        chunk = sock.recv(65536)
-        if not chunk:
-            return out
-        buf += chunk
 
 
 def server_first(port: int, user: str) -> dict[str, str]:

@@ -30,6 +30,7 @@ from tests.proxy.conftest import (
     start_proxy,
     wait_for,
 )
+from tests.proxy.wire import read_messages as _read
 
 FOREVER = ("SELECT count(*) FROM pg_attribute a, pg_attribute b, pg_attribute c, pg_attribute d, "
            "pg_attribute e")
@@ -77,24 +78,6 @@ def connected(proxy, user: str) -> int:
 
 def sqlstate(err) -> str | None:
     return getattr(err, "sqlstate", None)
-
-
-def _read(sock: socket.socket, until: str = "Z", timeout: float = 20) -> list[tuple[str, bytes]]:
-    sock.settimeout(timeout)
-    buf, out = b"", []
-    while True:
-        while len(buf) >= 5:
-            kind, n = struct.unpack("!ci", buf[:5])
-            if len(buf) < 1 + n:
-                break
-            out.append((kind.decode(), buf[5:1 + n]))
-            buf = buf[1 + n:]
-            if out[-1][0] == until:
-                return out
-        chunk = sock.recv(65536)
-        if not chunk:
-            return out
-        buf += chunk
 
 
 def raw_login(port: int, user: str) -> socket.socket:
