@@ -6,7 +6,6 @@ The only instrumentation is ``_Group.on_commit``, called just before and just af
 COMMIT; SQLite itself is never replaced."""
 from __future__ import annotations
 
-import json
 import sqlite3
 import textwrap
 import threading
@@ -17,7 +16,7 @@ import pytest
 
 from dpsql.errors import BudgetExhausted, OperationalError, QueryRejected
 from dpsql.ledger import Ledger, SubsetCharge, _Group
-from tests.ledger.test_ledger import LAPLACE, _python
+from tests.ledger.test_ledger import LAPLACE, _python, _race
 
 BUDGET = {"epsilon_total": 1.0, "delta_total": 1e-6}
 
@@ -285,20 +284,7 @@ def test_threaded_processes_never_overspend(tmp_path):
     import subprocess
     path = tmp_path / "ledger.sqlite"
     procs = [_python(_THREADED_SPENDER, str(path), "25", "0.01", "2.5", stdin=subprocess.PIPE) for _ in range(2)]
-    try:
-        for p in procs:
-            line = p.stdout.readline()
-            assert line == "ready\n", p.stderr.read()
-        for p in procs:
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        outs = [p.communicate(timeout=120) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
-    reports = [json.loads(out) for out, _ in outs]
+    reports = _race(procs, timeout=120)
     ids = [i for r in reports for i in r["ids"]]
     assert len(ids) == 250 and len(set(ids)) == 250            # 2 x 8 x 25 = 400 tries, 250 fit
     assert sum(r["refused"] for r in reports) == 150

@@ -306,24 +306,29 @@ def _python(*args: str, **kw) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", *args], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
 
-
-def test_processes_never_overspend(tmp_path):
-    path = tmp_path / "ledger.sqlite"     # not created beforehand: both processes create it at once
-    procs = [_python(_SPENDER, str(path), "100", "0.01", "1.5", stdin=subprocess.PIPE) for _ in range(2)]
+def _race(procs: list[subprocess.Popen], timeout: float = 60) -> list[dict]:
+    """Wait until every process prints "ready", tell them all "go" at once (so their charges
+    contend), and return each one's JSON report; a process that fails fails the test."""
     try:
         for p in procs:
             line = p.stdout.readline()
             assert line == "ready\n", p.stderr.read()
-        for p in procs:              # start both spending at the same moment
+        for p in procs:
             p.stdin.write("go\n")
             p.stdin.flush()
-        outs = [p.communicate(timeout=60) for p in procs]
+        outs = [p.communicate(timeout=timeout) for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
-    reports = [json.loads(out) for out, _ in outs]
+    assert [p.returncode for p in procs] == [0] * len(procs), [err for _, err in outs]
+    return [json.loads(out) for out, _ in outs]
+
+
+def test_processes_never_overspend(tmp_path):
+    path = tmp_path / "ledger.sqlite"     # not created beforehand: both processes create it at once
+    procs = [_python(_SPENDER, str(path), "100", "0.01", "1.5", stdin=subprocess.PIPE) for _ in range(2)]
+    reports = _race(procs, timeout=60)
     ids = [i for r in reports for i in r["ids"]]
     assert len(ids) == 150 and len(set(ids)) == 150
     assert sum(r["refused"] for r in reports) == 50

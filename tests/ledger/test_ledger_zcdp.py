@@ -18,7 +18,7 @@ from dpsql import accounting
 from dpsql.errors import BudgetExhausted
 from dpsql.ledger import SCHEMA_VERSION, Ledger
 from dpsql.noise import make_mechanism
-from tests.ledger.test_ledger import _python
+from tests.ledger.test_ledger import _python, _race
 
 BUDGET = {"epsilon_total": 1.0, "delta_total": 1e-6}
 RHO = Fraction(1, 100)                     # the zCDP cost of each charge below
@@ -204,19 +204,7 @@ def test_processes_never_overspend_rho(tmp_path):
     path = tmp_path / "ledger.sqlite"      # created by both processes at once
     n = fitting()
     procs = [_python(_SPENDER, str(path), str(n), stdin=subprocess.PIPE) for _ in range(2)]
-    try:
-        for p in procs:
-            assert p.stdout.readline() == "ready\n", p.stderr.read()
-        for p in procs:
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        outs = [p.communicate(timeout=60) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
-    reports = [json.loads(out) for out, _ in outs]
+    reports = _race(procs, timeout=60)
     ids = [i for r in reports for i in r["ids"]]
     assert len(ids) == n == len(set(ids)) and sum(r["refused"] for r in reports) == n
     with Ledger(path) as led:
