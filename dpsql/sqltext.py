@@ -8,6 +8,7 @@ without being fooled by markers inside quotes. No dpsql imports: a leaf, like er
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 _DOLLAR = re.compile(r"\$([A-Za-z_]\w*)?\$")
 
@@ -48,6 +49,11 @@ _SPECIAL = re.compile(r"['\"$]|--|/\*")
 
 def strip_comments(text: str) -> str:
     """Replace comments outside quotes with a space; quotes are kept whole."""
+    return _map_comments(text, lambda comment: " ")
+
+
+def _map_comments(text: str, replace: Callable[[str], str]) -> str:
+    """The text with each comment outside quotes replaced by replace(comment)."""
     if not _SPECIAL.search(text):            # the common case: nothing to skip
         return text
     out, i, n = [], 0, len(text)
@@ -58,7 +64,8 @@ def strip_comments(text: str) -> str:
             break
         out.append(text[i:m.start()])
         kind, end, _ = skip(text, m.start())
-        out.append(" " if kind == "comment" else text[m.start():end])
+        chunk = text[m.start():end]
+        out.append(replace(chunk) if kind == "comment" else chunk)
         i = end
     return "".join(out)
 
@@ -93,20 +100,7 @@ def blank_comments(text: str) -> str:
     """The text with each comment outside quotes replaced by spaces of the same length (its
     newlines kept), so that a character's offset is the same in both: error positions point
     into the text the analyst wrote."""
-    if not _SPECIAL.search(text):
-        return text
-    out, i, n = [], 0, len(text)
-    while i < n:
-        m = _SPECIAL.search(text, i)
-        if m is None:
-            out.append(text[i:])
-            break
-        out.append(text[i:m.start()])
-        kind, end, _ = skip(text, m.start())
-        chunk = text[m.start():end]
-        out.append("".join(c if c == "\n" else " " for c in chunk) if kind == "comment" else chunk)
-        i = end
-    return "".join(out)
+    return _map_comments(text, lambda comment: "".join(c if c == "\n" else " " for c in comment))
 
 
 def unterminated(text: str) -> tuple[int, str] | None:
