@@ -80,31 +80,43 @@ def query(args: tuple[str, ...], policy: str | None, analyst: str | None, epsilo
 
 
 @cli.command()
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("target")
+@click.option("--table", "-t", "tables", multiple=True,
+              help="With a database (a DuckDB file or a postgresql:// URL): a table to protect; repeat it.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False),
               help="Where to write the policy (default: the table's name + .toml in the current directory: "
-                   "people.csv -> people.toml).")
+                   "people.csv -> people.toml; for a database, policy.toml).")
 @click.option("--force", is_flag=True, help="Overwrite the output file if it exists.")
-def init(file: str, output: str | None, force: bool) -> None:
-    """Write a starter policy for a CSV or Parquet FILE, from its schema.
+def init(target: str, tables: tuple[str, ...], output: str | None, force: bool) -> None:
+    """Write a starter policy for a CSV or Parquet file, or for --table tables of a database.
 
-    Every column is listed commented out with its type and what each declaration means
-    (privacy_unit, lower/upper bounds, values), with a [budget] section. Only column names
-    and types are read: no minimum, maximum or distinct values go into the policy. Uncomment
-    one privacy_unit line and the columns analysts may use, then run `dpsql policy check`.
+    TARGET is a .csv/.tsv/.parquet file, a DuckDB file or a postgresql:// URL. Every column is
+    listed commented out with its type and what each declaration means (privacy_unit,
+    lower/upper bounds, values), with a [budget] section. Only column names and types are read:
+    no minimum, maximum or distinct values go into the policy. Uncomment one privacy_unit line
+    per table and the columns analysts may use, then run `dpsql policy check`.
     """
-    from dpsql.starter import starter_policy, table_name
+    from dpsql.starter import (
+        database_starter_policy,
+        is_file,
+        starter_policy,
+        table_name,
+    )
 
-    out = Path(output) if output else Path(table_name(file) + ".toml")
+    file_target = is_file(target)
+    if file_target and tables:
+        raise click.UsageError("--table is for databases; a file is one table, named after the file")
+    default = table_name(target) + ".toml" if file_target else "policy.toml"
+    out = Path(output) if output else Path(default)
     if out.exists() and not force:
         raise click.ClickException(f"{out} exists; give --force to overwrite it, or --output another file")
     try:
-        text = starter_policy(file)
+        text = starter_policy(target) if file_target else database_starter_policy(target, list(tables))
     except errors.Error as err:
         raise _fail(err) from None
     out.write_text(text, encoding="utf-8")
-    click.echo(f"wrote {out}: uncomment one privacy_unit and the columns analysts may use, then run\n"
-               f"  dpsql policy check {out} --database {shlex.quote(file)}")
+    click.echo(f"wrote {out}: uncomment one privacy_unit per table and the columns analysts may use, then run\n"
+               f"  dpsql policy check {out} --database {shlex.quote(target)}")
 
 
 @cli.command()

@@ -146,5 +146,43 @@ def test_init_writes_a_starter_policy_of_names_and_types_only(runner, files, nam
 
 def test_init_refuses_other_files(runner, files, monkeypatch):
     monkeypatch.chdir(files)
-    res = runner.invoke(cli, ["init", "people.duckdb"])
-    assert res.exit_code == 1 and ".csv" in res.output
+    res = runner.invoke(cli, ["init", "people.duckdb", "--table", "people"])
+    assert res.exit_code == 1 and "no DuckDB database" in res.output and not (files / "people.duckdb").exists()
+    res = runner.invoke(cli, ["init", "people.csv", "--table", "people"])
+    assert res.exit_code == 2 and "--table is for databases" in res.output
+    (files / "notes.txt").write_text("not a database\n")
+    res = runner.invoke(cli, ["init", "notes.txt", "--table", "t"])
+    assert res.exit_code == 1 and "notes.txt" in res.output and "Traceback" not in res.output
+
+
+def test_init_from_a_duckdb_database_names_the_tables_and_reads_no_value(runner, files, monkeypatch):
+    import duckdb
+    monkeypatch.chdir(files)
+    con = duckdb.connect("db.duckdb")
+    con.execute("CREATE TABLE people AS SELECT 1::BIGINT AS person_id, 87 AS age, 'CA' AS state")
+    con.execute("CREATE TABLE visits AS SELECT 1::BIGINT AS person_id, DATE '2999-01-02' AS day, 12.5 AS cost")
+    con.close()
+    res = runner.invoke(cli, ["init", "db.duckdb"])
+    assert res.exit_code == 1 and "--table" in res.output
+    res = runner.invoke(cli, ["init", "db.duckdb", "--table", "nosuch"])
+    assert res.exit_code == 1 and "no table 'nosuch'" in res.output
+    res = runner.invoke(cli, ["init", "db.duckdb", "-t", "people", "-t", "visits"])
+    assert res.exit_code == 0, res.output
+    text = (files / "policy.toml").read_text()
+    assert "[tables.people]" in text and "[tables.visits]" in text and "source =" not in text
+    assert "# cost = {}" in text and "# day = {}" in text and "public bounds" in text
+    for value in ("87", "CA", "2999", "12.5"):
+        assert value not in text
+    # one unit per table uncommented: a valid policy, and a join query runs
+    text = text.replace('# privacy_unit = "person_id"', 'privacy_unit = "person_id"').replace("# age = {}", "age = {}")
+    (files / "policy.toml").write_text(text)
+    res = runner.invoke(cli, ["policy", "check", "policy.toml", "--database", "db.duckdb"])
+    assert res.exit_code == 0 and "OK" in res.output, res.output
+
+
+def test_init_from_postgresql(runner, tmp_path, monkeypatch, people_pg):
+    monkeypatch.chdir(tmp_path)
+    res = runner.invoke(cli, ["init", people_pg, "--table", "people", "--output", "pg.toml"])
+    assert res.exit_code == 0, res.output
+    text = (tmp_path / "pg.toml").read_text()
+    assert '# privacy_unit = "person_id"' in text and "# income = {}" in text and "public bounds" in text
