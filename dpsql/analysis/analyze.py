@@ -406,6 +406,8 @@ class _Analysis:
         if not group.expressions:
             raise QueryRejected("an empty GROUP BY", "name the columns to group by")
         for node in group.expressions:
+            while isinstance(node, exp.Paren):     # (age > 3) is the key age > 3, as SELECT reads it
+                node = node.this
             if not isinstance(node, exp.Column):
                 self._group_expression(node)
                 continue

@@ -92,6 +92,7 @@ def normalize(tree: exp.Select, schema: Mapping[str, Mapping[str, str]]) -> Norm
         if any(_is_star(e) for e in sel.expressions):
             sel.meta["star"] = True
     names = [] if tree.meta.get("star") else [output_name(e, i) for i, e in enumerate(tree.expressions)]
+    _check_positions(tree)
     _implicit_names(tree)
     using = {c.name.lower() for j in tree.find_all(exp.Join) for c in (j.args.get("using") or [])}
     try:
@@ -256,6 +257,22 @@ def _inner_refs(node: exp.Expression, alias: str) -> exp.Expression:
                                 "limit the inner query's rows")
         return c
     return node.copy().transform(strip)
+
+
+def _check_positions(tree: exp.Expression) -> None:
+    """GROUP BY and ORDER BY positions name a SELECT item: 1 to the number of items. sqlglot reads
+    `+2` as the position 2 (it drops a unary plus), and would read the position 0 as the last item
+    (a Python index of -1): refused here, before it resolves them."""
+    for sel in tree.find_all(exp.Select):
+        group = sel.args.get("group")
+        order = sel.args.get("order")
+        items = list(group.expressions) if group is not None else []
+        items += [o.this for o in order.expressions] if order is not None else []
+        most = None if any(_is_star(e) for e in sel.expressions) else len(sel.expressions)   # * expands later
+        for node in items:
+            if isinstance(node, exp.Literal) and node.is_int and not 1 <= int(node.this) <= (most or int(node.this)):
+                raise QueryRejected(f"the position {node.this} in GROUP BY or ORDER BY",
+                                    "it does not name a SELECT item")
 
 
 _UNKNOWN = re.compile(r"Column '([^']*)' could not be resolved(?: for table: '([^']*)')?|Unknown column: (\S+)")
