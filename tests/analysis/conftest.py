@@ -13,8 +13,10 @@ one walk over the parse tree (_Walk). The generator draws names from NAMES.
 from __future__ import annotations
 
 import dataclasses
-
 import datetime as dt
+import math
+import sys
+from fractions import Fraction
 import re
 import zlib
 from collections.abc import Callable
@@ -26,11 +28,15 @@ from typing import Any
 import pytest
 from lark import Lark, Token, Tree
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 from dpsql.analysis.analyze import PublicQuery, Schema, Settings, analyze
 from dpsql.analysis.parse import Statement, classify
 from dpsql.analysis.plan import QueryPlan
 from dpsql.engines.base import TableFacts
 from dpsql.policy import Policy, load_policy
+
+from row_values import V, Values, SAMPLE_LIMIT  # noqa: E402  (tests/analysis is on sys.path)
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAMMAR = ROOT / "grammars" / "dpsql.lark"
@@ -400,6 +406,9 @@ class Column:
     type: str
     classes: frozenset[str]
     unit: bool = False            # a unit column of its relation
+    rng: tuple[Fraction, Fraction] | None = None    # a NUM_COL's range (X2)
+    whole: bool = False           # its values are whole numbers (X2)
+    dom: frozenset | None = None  # a text column's declared values (X4)
 
     @property
     def family(self) -> str:
@@ -422,6 +431,7 @@ class Rel:
     simple: bool = True           # J5: reads one table, per-unit query or simple row query; no IN/EXISTS
     reads: int = 0                # (a CTE) how many FROM items read it, anywhere in the statement
     unit_where: bool = False      # a per-unit query with a WHERE (J4: not on the NULL side of a LEFT JOIN)
+    r: int = 1                    # rows x groups one unit may have in it (a per-unit aggregate's range)
 
     @property
     def dups(self) -> bool:
@@ -507,7 +517,7 @@ class Scope:
         return col.unit or (main is not None and self.find((item.id, col.name)) == main)
 
 
-class _Walk:
+class _Walk(Values):
     """The side-condition walk over one statement's parse tree: the FROM clause of each query
     first (its scope: items, their columns and classes, the unit classes ON makes), then the
     clauses that use it. `bad(message)` marks a violation: check mode raises it, repair mode
@@ -631,7 +641,7 @@ class _Walk:
             self.bad("N1: a column list with a name twice or more names than columns")
             self.replace(node, "")
             return rel
-        cols = [Column(names[i] if i < len(names) else c.name, c.type, c.classes, c.unit)
+        cols = [dataclasses.replace(c, name=names[i] if i < len(names) else c.name)
                 for i, c in enumerate(rel.columns)]
         if rel.kind == "per_unit" and len({c.name for c in cols}) != len(cols):
             self.bad("P1: a column list gives a per-unit subquery two columns of one name")
@@ -648,13 +658,22 @@ class _Walk:
                 for c, (ty, classes) in table_classes(name).items()]
         if t is None:
             return Rel("public", cols, False, table=name)
-        return Rel("protected", cols, True, table=t.name, link=t.link)
+        for c in cols:
+            decl = t.column(c.name)
+            if decl is not None and decl.bounded and c.family == "num":
+                lo, hi = (Fraction(str(v)) for v in (decl.lower, decl.upper))
+                c.rng = (lo, hi)
+                c.whole = c.type in ("INTEGER", "BIGINT") and lo.denominator == 1 and hi.denominator == 1
+            elif decl is not None and decl.values is not None and c.family == "text":
+                c.dom = frozenset(decl.values)
+        return Rel("protected", cols, True, table=t.name, link=t.link,
+                   r=t.max_rows_per_unit * t.max_groups_per_unit)
 
     def people_rows(self) -> Rel:
         """(repair) The relation of `SELECT * FROM people`, which replaces a subquery or CTE body."""
         base = self.base("people")
-        return Rel("row", [Column(c.name, c.type, c.classes, c.unit) for c in base.columns], True, star=True,
-                   aliases=frozenset({"people"}))
+        return Rel("row", [dataclasses.replace(c) for c in base.columns], True, star=True,
+                   aliases=frozenset({"people"}), r=base.r)
 
     def from_clause(self, node: Tree, env: dict, parent: Scope | None = None,
                     avoid: frozenset[str] = frozenset(), need_protected: bool = True) -> Scope:
@@ -936,7 +955,7 @@ class _Walk:
             taken = [c for c in rel.columns if c.name == col.name] or any(i.named(col.name) for i in scope.items)
             name = col.name if not taken else self.fresh()
             self.wrap(rel.items_node, lambda old: f"{old}, {inner}" + (f" AS {name}" if name != col.name else ""))
-            new = Column(name, col.type, col.classes, unit=True)
+            new = dataclasses.replace(col, name=name, unit=True)
             rel.columns.append(new)
             rel.expose = None
             units = [c for c in rel.columns if c.unit and c is not new]
@@ -1020,19 +1039,19 @@ class _Walk:
         star = not self.trees(items_node)
         if star:
             for item in scope.items:
-                cols += [Column(c.name, c.type, c.classes, scope.is_unit(item, c)) for c in item.rel.columns]
+                cols += [dataclasses.replace(c, unit=scope.is_unit(item, c)) for c in item.rel.columns]
         else:
             for ri in self.trees(items_node, "row_item"):
                 item, col = self.column(self.col_of(ri.children[0]), scope, None, "column")
                 alias = self.toks(ri, "COLUMN_ALIAS")
                 name = ident(alias[0].value) if alias else col.name
-                cols.append(Column(name, col.type, col.classes, scope.is_unit(item, col)))
+                cols.append(dataclasses.replace(col, name=name, unit=scope.is_unit(item, col)))
         expose = None
         for item in scope.protected:
             for c in item.rel.columns:
                 text = self.ref_text(scope, item, c)
                 if text and scope.is_unit(item, c) and c.type == "BIGINT":
-                    expose = (text, Column(c.name, c.type, c.classes, True))
+                    expose = (text, dataclasses.replace(c, unit=True))
                     break
             if expose:
                 break
@@ -1042,7 +1061,8 @@ class _Walk:
                                              or scope.items[0].rel.kind == "row" and scope.items[0].rel.simple)
                   and not (where and any(where[0].find_pred(lambda t: t.data in ("in_subquery", "exists")))))
         return Rel("row", cols, bool(scope.protected), filtered=filtered, star=star, items_node=items_node,
-                   expose=expose, aliases=scope.aliases(), simple=simple)
+                   expose=expose, aliases=scope.aliases(), simple=simple,
+                   r=math.prod(i.rel.r for i in scope.protected))
 
     def per_unit_query(self, node: Tree, env: dict) -> Rel:
         frm = self.trees(node, "from_clause")[0]
@@ -1054,6 +1074,7 @@ class _Walk:
             return scope.is_unit(item, c)
         entries = [c for c in self.trees(node, "per_unit_items")[0].children if isinstance(c, Tree)]
         cols: list[Column] = []
+        R = Fraction(math.prod(i.rel.r for i in scope.protected))
         for e in entries:
             alias = self.toks(e, "COLUMN_ALIAS")
             if e.data == "unit_item":
@@ -1066,6 +1087,7 @@ class _Walk:
             fn = agg.children[0].value.upper()
             arg = agg.children[2]
             ty = "BIGINT"
+            col = None
             if not (isinstance(arg, Token) and arg.value == "*"):
                 classes = ANY_COL if fn == "COUNT" else frozenset({"NUM_COL"})
                 try:
@@ -1077,9 +1099,16 @@ class _Walk:
                     ty = col.type
                 elif fn == "AVG" or (fn == "SUM" and col is not None and (col.type != "INTEGER" and col.type != "BIGINT")):
                     ty = "DOUBLE"
+            # its range (X2): COUNT in [0, R]; SUM in [min(0, R lo), max(0, R hi)]; AVG, MIN, MAX in [lo, hi]
+            if fn == "COUNT" or col is None or col.rng is None:
+                rng, whole = (Fraction(0), R), True
+            elif fn == "SUM":
+                rng, whole = (min(Fraction(0), R * col.rng[0]), max(Fraction(0), R * col.rng[1])), col.whole
+            else:
+                rng, whole = col.rng, col.whole and fn != "AVG"
             # an aggregate without AS has a name no query can write (a column list can rename it)
             cols.append(Column(ident(alias[0].value) if alias else f"?{len(cols)}", ty,
-                               frozenset({"NUM_COL", "KEY_COL"})))
+                               frozenset({"NUM_COL", "KEY_COL"}), rng=rng, whole=whole))
         seen: set[str] = set()
         for e, c in zip(entries, cols):
             if c.name in seen:
@@ -1099,7 +1128,9 @@ class _Walk:
                 self.replace(group, str(units[0] + 1))
         else:
             self.column(self.col_of(group), scope, ANY_COL, "unit column", unit_ok)
-        return Rel("per_unit", cols, True, aliases=scope.aliases(), unit_where=bool(where))
+        # J4: a per-unit query reading a filtered per-unit query is filtered too
+        filtered = bool(where) or any(i.rel.kind == "per_unit" and i.rel.unit_where for i in scope.items)
+        return Rel("per_unit", cols, True, aliases=scope.aliases(), unit_where=filtered, r=1)
 
     # -- WHERE
     def where(self, node: Tree, scope: Scope) -> None:
@@ -1108,7 +1139,8 @@ class _Walk:
     def condition(self, node, scope: Scope) -> None:
         if isinstance(node, Token):
             return
-        if node.data in ("or_cond", "and_cond", "not_cond", "test", "condition"):
+        if node.data in ("or_cond", "and_cond", "not_cond", "test", "condition", "row_or", "row_and", "row_not",
+                         "row_test", "row_condition"):
             for c in self.trees(node):
                 self.condition(c, scope)
             return
@@ -1286,29 +1318,67 @@ class _Walk:
         if where:
             self.where(where[0], scope)
         items = [c for c in self.trees(node, "select_list")[0].children if isinstance(c, Tree)]
-        keys: dict[int, tuple] = {}              # id(key_item) -> (item id, column name)
-        used: list[tuple[tuple, str]] = []        # key columns used outside GROUP BY: (identity, text)
+        keys: dict[int, tuple] = {}              # id(key_item) -> its identity: (item id, column name) or a signature
+        used: list[tuple[tuple, str]] = []        # keys used outside GROUP BY: (identity, text for GROUP BY)
         agg_aliases, key_aliases = set(), set()
+        alias_of: dict[str, Tree] = {}            # a key item's alias -> the item
+        alias_count: dict[str, int] = {}          # how many SELECT items have that name
+        doms: dict[tuple, int | None] = {}        # a key's identity -> its public domain's size, if any
+        exprs: dict[tuple, list] = {}             # a key expression's identity -> its nodes (repair: X4)
+        constants: set[tuple] = set()             # key items that read no column (X5)
         outputs = []
 
         def key_ok(item, c):
             return "KEY_COL" in c.classes and not scope.is_unit(item, c)
+
+        def col_dom(item, c) -> int | None:
+            if c.dom is not None:
+                return len(c.dom)
+            t = POLICY.table(item.rel.table) if item.rel.table else None
+            decl = t.column(c.name) if t is not None else None
+            if decl is not None and decl.values is not None:
+                return len(decl.values)
+            if item.rel.kind == "public":
+                return len(public_domain(item.rel.table, c.name))
+            return None
+
+        def key_expr(target) -> tuple:
+            v = self.key_value(target, scope)
+            ident_ = ("expr", self.signature(target, scope))
+            doms[ident_] = None if v.dom is None else len(v.dom)
+            exprs.setdefault(ident_, []).append(target)
+            if not v.cols:
+                constants.add(ident_)
+            return ident_
+
         for it in items:
             if it.data == "key_item":
-                ref = self.col_of(it.children[0])
+                target = it.children[0]
                 alias = self.toks(it, "KEY_ALIAS")
+                bare = self.bare_col(target)
+                if bare is None:
+                    identity = key_expr(target)
+                    keys[id(it)] = identity
+                    used.append((identity, None))
+                    if alias:
+                        key_aliases.add(ident(alias[0].value))
+                        alias_of.setdefault(ident(alias[0].value), it)
+                    outputs.append(Output(ident(alias[0].value) if alias else None, it, alias[0] if alias else None))
+                    continue
                 try:
-                    item, col = self.column(ref, scope, frozenset({"KEY_COL"}), "key column", key_ok)
+                    item, col = self.column(bare, scope, frozenset({"KEY_COL"}), "key column", key_ok)
                 except _GiveUp:
-                    self.replace(it.children[0], "COUNT(*)")
+                    self.replace(target, "COUNT(*)")
                     outputs.append(Output(ident(alias[0].value) if alias else None, it, alias[0] if alias else None))
                     if alias:
                         agg_aliases.add(ident(alias[0].value))
                     continue
                 keys[id(it)] = (item.id, col.name)
+                doms[(item.id, col.name)] = col_dom(item, col)
                 used.append(((item.id, col.name), self.ref_text(scope, item, col) or col.name))
                 if alias:
                     key_aliases.add(ident(alias[0].value))
+                    alias_of.setdefault(ident(alias[0].value), it)
                 outputs.append(Output(ident(alias[0].value) if alias else col.name, it, alias[0] if alias else None))
             else:
                 for agg in [t for t in it.iter_subtrees_topdown() if t.data == "aggregate"]:
@@ -1317,39 +1387,91 @@ class _Walk:
                 if alias:
                     agg_aliases.add(ident(alias[0].value))
                 outputs.append(Output(ident(alias[0].value) if alias else None, it, alias[0] if alias else None))
+        for o in outputs:
+            if o.name is not None:
+                alias_count[o.name] = alias_count.get(o.name, 0) + 1
         grouped: set[tuple] = set()
         group = self.trees(node, "group_clause")
         if group:
             for g in group[0].children[2:]:
-                if isinstance(g, Token) and g.type == "ORDINAL":
-                    pos = int(g.value)
+                if isinstance(g, Token) and g.value == ",":
+                    continue
+                if isinstance(g, Token) and g.type not in ("ORDINAL", "NUMBER", "KEY_ALIAS"):
+                    grouped.add(key_expr(g))       # a string or NULL
+                    continue
+                if isinstance(g, Token) and g.type == "ORDINAL" or self.literal_position(g):
+                    text = g.value if isinstance(g, Token) else self.render(g)
+                    digits = "".join(text.split()).lstrip("+")
+                    pos = int(digits) if digits.isdigit() else 0
                     if not (1 <= pos <= len(items) and id(items[pos - 1]) in keys):
-                        self.bad(f"N4: GROUP BY {g.value} does not name a key item")
+                        self.bad(f"N4: GROUP BY {text} does not name a key item")
                         try:
-                            text, item, col = self.pick(scope, frozenset({"KEY_COL"}), g.value, key_ok)
+                            text, item, col = self.pick(scope, frozenset({"KEY_COL"}), text, key_ok)
                         except _GiveUp:
                             self.replace(group[0], "")
                             grouped.clear()
                             break
                         self.replace(g, text)
                         grouped.add((item.id, col.name))
+                        doms[(item.id, col.name)] = col_dom(item, col)
+                    elif keys[id(items[pos - 1])] in constants:
+                        self.bad("X5: GROUP BY names a constant key item by its position")
+                        self.replace(g, self.render(items[pos - 1].children[0]))
+                        grouped.add(keys[id(items[pos - 1])])
                     else:
                         grouped.add(keys[id(items[pos - 1])])
-                elif isinstance(g, Tree):
+                    continue
+                name_tok = g if isinstance(g, Token) else None
+                bare = None if name_tok is not None else self.bare_col(g)
+                if name_tok is None and bare is not None and len(self.toks(bare)) == 1:
+                    name_tok = self.toks(bare)[0]
+                if name_tok is not None and name_tok.type != "ORDINAL":
+                    # a bare name: a column of the FROM items first, else a key item's alias (N5)
+                    name = ident(name_tok.value)
+                    r = self.resolve(Tree("col", [name_tok]), scope)
+                    if r is None and name in alias_of and not any(i.named(name) for i in scope.items):
+                        if alias_count.get(name, 0) > 1:
+                            self.bad(f"X5: GROUP BY {name_tok.value} names several SELECT items")
+                            self.replace(g, self.render(alias_of[name].children[0]))
+                        elif keys[id(alias_of[name])] in constants:
+                            self.bad("X5: GROUP BY names a constant key item by its alias")
+                            self.replace(g, self.render(alias_of[name].children[0]))
+                        grouped.add(keys[id(alias_of[name])])
+                        continue
+                    if r is None and isinstance(g, Token):
+                        self.bad(f"N5: GROUP BY {name_tok.value} names neither a column nor a key item's alias")
+                        try:
+                            text, item, col = self.pick(scope, frozenset({"KEY_COL"}), name_tok.value, key_ok)
+                        except _GiveUp:
+                            self.replace(group[0], "")
+                            grouped.clear()
+                            break
+                        self.replace(g, text)
+                        grouped.add((item.id, col.name))
+                        doms[(item.id, col.name)] = col_dom(item, col)
+                        continue
+                if bare is not None or name_tok is not None:
                     try:
-                        item, col = self.column(self.col_of(g), scope, frozenset({"KEY_COL"}), "key column", key_ok)
+                        item, col = self.column(bare if bare is not None else Tree("col", [name_tok]), scope,
+                                                frozenset({"KEY_COL"}), "key column", key_ok)
                     except _GiveUp:
                         self.replace(group[0], "")
                         grouped.clear()
                         break
                     grouped.add((item.id, col.name))
+                    doms[(item.id, col.name)] = col_dom(item, col)
+                    continue
+                grouped.add(key_expr(g))
         aliases = agg_aliases | key_aliases
         for clause in self.trees(node, "having_clause", "order_clause"):
             self.post(clause, scope, items, agg_aliases, key_aliases, used, key_ok)
         missing = []
         for identity, text in used:
-            if identity not in grouped and text not in missing:
-                missing.append(text)
+            if identity not in grouped:
+                if text is None:               # a key expression: GROUP BY it as written
+                    text = self.render(exprs[identity][0])
+                if text not in missing:
+                    missing.append(text)
                 grouped.add(identity)
         if missing:
             self.bad(f"N2: {', '.join(missing)} used but not in GROUP BY")
@@ -1360,6 +1482,20 @@ class _Walk:
                 anchor = where[0] if where else frm
                 self.wrap(anchor, lambda old: f"{old} GROUP BY {names} ")
         del aliases
+        # V2/X4: the product of the keys' public domains (when every key has one)
+        sizes = {k: doms.get(k) for k in grouped}
+        while sizes and all(v is not None for v in sizes.values()) and math.prod(sizes.values()) > self.max_groups():
+            self.bad("V2: the keys' public domains give too many groups")
+            big = max((k for k in sizes if k[0] == "expr" and sizes[k] > 1), key=lambda k: sizes[k], default=None)
+            if big is None:
+                break
+            try:
+                text, _, _ = self.pick(scope, frozenset({"KEY_COL"}), "k", key_ok)
+            except _GiveUp:
+                break
+            for n in exprs[big]:
+                self.replace(n, f"{text} IS NULL")
+            sizes[big] = 2
         aggs = [t for c in (*items, *self.trees(node, "having_clause", "order_clause"))
                 for t in c.iter_subtrees_topdown() if t.data == "aggregate"]
         sample = [a for a in aggs if a.children[0].type == "SAMPLE_FN"]
@@ -1369,24 +1505,109 @@ class _Walk:
                 self.replace(a, "COUNT(*)")
         return outputs
 
+    def reads_column(self, node) -> bool:
+        return isinstance(node, Tree) and any(t.data == "col" for t in node.iter_subtrees())
+
+    def max_groups(self) -> int:
+        """V2: 1,000,000 groups; 100,000 (the policy's max_released_rows) without a LIMIT of at most that."""
+        limits = [int(t.value) for t in self.tree.scan_values(lambda v: isinstance(v, Token) and v.type == "COUNT_LIT")]
+        return 1_000_000 if self.repair is False and limits and min(limits) <= 100_000 else 100_000
+
+    @staticmethod
+    def literal_position(g) -> bool:
+        """A GROUP BY item that is a number, after unary plus signs or not: a position (N4), whatever
+        rule read it."""
+        while isinstance(g, Tree) and g.data == "value_unary" and g.children[0].value == "+":
+            g = g.children[1]
+        return isinstance(g, Token) and g.type == "NUMBER"
+
     def aggregate(self, agg: Tree, scope: Scope) -> None:
-        if agg.children[0].type == "SAMPLE_FN":
-            for arg in (agg.children[2], agg.children[4]):
+        head = agg.children[0]
+        fn = head.value.upper()
+        filters = self.trees(agg, "filter")
+        kids = [c for c in agg.children if not (isinstance(c, Tree) and c.data == "filter")]
+        for f in filters:
+            self.condition(f.children[3], scope)
+        if head.type == "SAMPLE_FN":
+            args = [self.measured_arg(kids[2], scope, fn), self.measured_arg(kids[4], scope, fn)]
+            for node, v in zip((kids[2], kids[4]), args):
+                if max(abs(v.lo), abs(v.hi)) > SAMPLE_LIMIT:
+                    self.bad(f"V4: an argument of {fn} beyond 1e15")
+                    self.replace(node, "1")
+            if fn.startswith("COVAR"):
+                (a, b) = [a if max(abs(a.lo), abs(a.hi)) <= SAMPLE_LIMIT else V("num", Fraction(1), Fraction(1), True)
+                          for a in args]
+                w = (a.hi - a.lo) * (b.hi - b.lo) / (4 if fn == "COVAR_POP" else 2)
+                if w > SAMPLE_LIMIT:
+                    self.bad(f"V4: the derived range of {fn} beyond 1e15")
+                    self.replace(agg, "COUNT(*)")
+            return
+        if fn == "COUNT":
+            if isinstance(kids[2], Token) and kids[2].value == "*":
+                return
+            if isinstance(kids[2], Token) and kids[2].value.upper() == "DISTINCT":
                 try:
-                    self.column(self.col_of(arg), scope, frozenset({"NUM_COL"}), "column for "
-                                + agg.children[0].value.upper())
+                    item, col = self.column(self.col_of(kids[3]), scope, ANY_COL, "column for COUNT")
                 except _GiveUp:
                     self.replace(agg, "COUNT(*)")
                     return
+                if filters and not scope.is_unit(item, col):
+                    self.bad("X6: FILTER on COUNT(DISTINCT <a column other than the unit>)")
+                    for f in filters:
+                        self.replace(f, "")
+                return
+            self.counted(kids[2], scope)
             return
-        arg = next((c for c in agg.children if isinstance(c, Tree)), None)     # the column, wherever it is
-        if arg is None:
-            return
-        classes = ANY_COL if agg.children[0].value.upper() == "COUNT" else frozenset({"NUM_COL"})
-        try:
-            self.column(self.col_of(arg), scope, classes, "column for " + agg.children[0].value.upper())
-        except _GiveUp:
+        if head.type == "PERCENTILE_FN":
+            arg = kids[kids.index(next(k for k in kids if isinstance(k, Token) and k.value.upper() == "BY")) + 1]
+        else:
+            arg = kids[2]
+        v = self.measured_arg(arg, scope, fn)
+        if head.type in ("QUANTILE_FN", "PERCENTILE_FN", "QUANTILE_OF") and not v.lo < v.hi:
+            self.bad(f"X3: {fn} of a value with a single possible value")
             self.replace(agg, "COUNT(*)")
+
+    def measured_arg(self, node, scope: Scope, fn: str) -> V:
+        """X3 for an aggregate's argument; a bare column (not an expression of it) may be a column
+        that ON equates with the unit, as long as it has bounds (a per-unit aggregate)."""
+        bare = self.bare_col(node)
+        if bare is not None:
+            r = self.resolve(bare, scope)
+            if r is not None and r[1].rng is not None and r[1].family == "num":
+                return V("num", r[1].rng[0], r[1].rng[1], r[1].whole, cols=True)
+        return self.measured(node, scope, fn)
+
+    @staticmethod
+    def bare_col(node) -> Tree | None:
+        """The column a value is, if it is one (in parentheses or not)."""
+        while isinstance(node, Tree) and node.data == "value_atom" and len(node.children) == 3 \
+                and isinstance(node.children[0], Token) and node.children[0].value == "(":
+            node = node.children[1]
+        if isinstance(node, Tree) and node.data in ("any_col", "key_ref", "col", "num_col"):
+            return node if node.data == "col" else _Walk.col_of(node)
+        return None
+
+    def signature(self, node, scope: Scope) -> tuple:
+        """A key expression as the checker compares it with GROUP BY's items (N2): its tokens, each
+        column as the one it names, keywords in upper case, unary plus signs dropped."""
+        out: list = []
+
+        def walk(n) -> None:
+            if isinstance(n, Token):
+                v = n.value.upper()
+                out.append({"CEILING": "CEIL", "INTEGER": "INT"}.get(v, v))
+                return
+            if n.data == "col":
+                r = self.resolve(n, scope)
+                out.append(("col", r[0].id, r[1].name) if r is not None else ("?", self.show(n)))
+                return
+            if n.data == "value_unary" and n.children[0].value == "+":
+                walk(n.children[1])
+                return
+            for c in n.children:
+                walk(c)
+        walk(node)
+        return tuple(out)
 
     def post(self, clause: Tree, scope: Scope, items, agg_aliases, key_aliases, used, key_ok) -> None:
         aliases = agg_aliases | key_aliases
