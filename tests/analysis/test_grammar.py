@@ -509,6 +509,39 @@ def test_wrapper_refers_to_implicit_names(checker):
     assert isinstance(checker(sql), QueryPlan)
 
 
+@pytest.mark.parametrize("sql", ["SELECT (age > 3) AS k, COUNT(*) FROM people GROUP BY (age > 3)",
+                                 "SELECT COUNT(*), (age > 3) FROM people GROUP BY 2",
+                                 "SELECT age / 10 AS k, COUNT(*) FROM people GROUP BY k",
+                                 "SELECT p.age / 10, COUNT(*) FROM people p GROUP BY age / 10"])
+def test_computed_key_in_parentheses_or_by_alias_is_accepted(checker, sql):
+    assert isinstance(checker(sql), QueryPlan)
+
+
+@pytest.mark.parametrize("sql", ["SELECT state, COUNT(*) FROM people GROUP BY +0",
+                                 "SELECT state, COUNT(*) FROM people GROUP BY 0",
+                                 "SELECT state, COUNT(*) FROM people GROUP BY 1 ORDER BY 0",
+                                 "SELECT * FROM (SELECT state, COUNT(*) AS n FROM people GROUP BY 1) t ORDER BY 0"])
+def test_position_zero_is_refused(checker, sql):
+    """sqlglot would read the position 0 as the last SELECT item (a Python index of -1)."""
+    with pytest.raises(QueryRejected, match="position"):
+        checker(sql)
+
+
+@pytest.mark.parametrize("sql", ["SELECT age / 10 AS age, COUNT(*) FROM people GROUP BY age",
+                                 "SELECT 'x' AS k, COUNT(*) FROM people GROUP BY k",
+                                 "SELECT COUNT(*) FROM people GROUP BY CASE WHEN person_id > 1 THEN 1 END",
+                                 "SELECT SUM(CASE WHEN person_id > 1 THEN age END) FROM people",
+                                 "SELECT SUM(age * 100000000000000) FROM people",
+                                 "SELECT COUNT(DISTINCT state) FILTER (WHERE age > 3) FROM people",
+                                 "SELECT MEDIAN(age) FILTER (WHERE age > 3) FROM people",
+                                 "SELECT COUNT(*) FROM people GROUP BY age/1, age/2, age/3, age/4"])
+def test_expression_side_conditions_are_enforced(checker, parser, conditions, sql):
+    """Each breaks one side condition (N5, X5, X3, X2, X6, V2) or is outside the rules, and is refused."""
+    assert not in_subset(parser, conditions, sql)
+    with pytest.raises(QueryRejected):
+        checker(sql)
+
+
 def test_using_column_unqualified_is_accepted(checker):
     assert isinstance(checker("SELECT COUNT(*) FROM people JOIN visits USING (person_id) WHERE person_id > 3"),
                       QueryPlan)
