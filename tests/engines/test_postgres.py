@@ -274,3 +274,22 @@ def test_sums_are_bigint_only_where_the_bounds_prove_it_fits(pg, tmp_path, upper
     finally:
         with psycopg.connect(pg, autocommit=True) as admin:
             admin.execute("DROP TABLE IF EXISTS wide")
+
+
+def test_the_transaction_and_its_locks_end_with_the_query(pg, engine):
+    """The query and its ROLLBACK go in one pipeline: afterwards the connection is idle and the
+    ACCESS SHARE locks are gone (DDL is not held up), after a failed query as after a good one."""
+    from psycopg.pq import TransactionStatus
+    expect = engine.facts(["people"])
+    for sql, fails in [("SELECT COUNT(*) FROM people", False), ("SELECT CAST(state AS INT) FROM people", True)]:
+        if fails:
+            with pytest.raises(EngineError):
+                engine.run(sql, expect=expect)
+        else:
+            assert engine.run(sql, expect=expect).rows[0][0] > 0
+        assert engine._con.info.transaction_status == TransactionStatus.IDLE
+        with psycopg.connect(pg) as other:
+            other.execute("SET lock_timeout = '2s'")
+            other.execute("LOCK TABLE people IN ACCESS EXCLUSIVE MODE")     # raises if a lock were left
+            other.rollback()
+    assert engine.run("SELECT 3").rows == [(3,)]
