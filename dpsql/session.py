@@ -68,7 +68,57 @@ from dpsql.rewrite.auto_bounds import count_sql
 log = logging.getLogger("dpsql")
 
 _PLAN_CACHE = 128       # plans (and rewrites) a session keeps
+_SHARED_PLAN_CACHE = 1024   # plans (and rewrites) a Backend's sessions share
 _ANALYST = re.compile(r"^[\w.@+-]{1,128}$")
+
+
+class PlanCache:
+    """Recent plans and their rewrites, least recently used first out; thread-safe, so that one
+    cache can serve all the sessions of a Backend (the proxy: one Session per client connection).
+
+    A plan is a pure function of the text and parameters, the settings, the analyst's budget delta,
+    the policy and the schema (Session._plan_key holds each), so it may be shared. Keys also carry
+    the analyst: a plan made for one analyst is never another's, so whether a query was planned
+    before (visible in its latency when the [timing] defence is off) says nothing about what other
+    analysts ask."""
+
+    def __init__(self, size: int):
+        self._size = size
+        self._lock = threading.Lock()
+        self._plans: collections.OrderedDict = collections.OrderedDict()       # key -> (schema, plan)
+        self._rewrites: collections.OrderedDict = collections.OrderedDict()    # (id(plan), dialect) -> (plan, sql)
+
+    def get(self, key: tuple, schema: Schema):
+        with self._lock:
+            hit = self._plans.get(key)
+            if hit is None or hit[0] is not schema:
+                return None
+            self._plans.move_to_end(key)
+            return hit[1]
+
+    def put(self, key: tuple, schema: Schema, plan) -> None:
+        with self._lock:
+            self._plans[key] = (schema, plan)
+            while len(self._plans) > self._size:
+                self._plans.popitem(last=False)
+
+    def rewrite(self, plan, dialect: str) -> str | None:
+        with self._lock:
+            hit = self._rewrites.get((id(plan), dialect))
+            return hit[1] if hit is not None and hit[0] is plan else None
+
+    def put_rewrite(self, plan, dialect: str, sql: str) -> None:
+        with self._lock:
+            self._rewrites[(id(plan), dialect)] = (plan, sql)
+            while len(self._rewrites) > self._size:
+                self._rewrites.popitem(last=False)
+
+    def values(self):
+        with self._lock:
+            return list(self._plans.values())
+
+    def __len__(self) -> int:
+        return len(self._plans)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +214,7 @@ class Session:
 
     def __init__(self, engine: Engine, policy: Policy, analyst: str, *, rng=None,
                  ledger: Ledger | None = None, own_engine: bool = True, schema: Schema | None = None,
-                 on_schema=None):
+                 on_schema=None, plans: PlanCache | None = None):
         if not isinstance(analyst, str) or not _ANALYST.match(analyst):
             raise InterfaceError("analyst must be a name of 1-128 letters, digits or . _ @ + -")
         self.engine, self.policy, self.analyst = engine, policy, analyst
@@ -183,8 +233,7 @@ class Session:
         d = policy.defaults
         self.epsilon, self.delta, self.mechanism = d.epsilon, d.delta, d.mechanism
         self.rho: float | None = self._default_rho()   # SET dpsql.rho: calibrate each query to this zCDP cost
-        self._plans: collections.OrderedDict = collections.OrderedDict()      # recent plans (_analyze)
-        self._rewrites: collections.OrderedDict = collections.OrderedDict()   # their SQL (_sql)
+        self._plans = plans if plans is not None else PlanCache(_PLAN_CACHE)   # recent plans and their SQL
         self.plan_queries = 0               # SET dpsql.plan_queries: EXPLAIN DP compares k such queries
         self.intervals = False              # SET dpsql.intervals: <col>_low, <col>_high after noisy columns
         self.round = False                  # SET dpsql.round: counts as whole numbers, at least 0
@@ -243,9 +292,14 @@ class Session:
             raise InterfaceError("the session is closed")
         with self._lock:
             self._cancelled.clear()
-            stmt = classify(sql, params)
             try:
-                return self._dispatch(stmt)
+                # A query planned before (same text, parameters, settings and schema) needs no
+                # parsing: classify(sql, params) gave it the key it is kept under.
+                planned = self._plans.get(self._plan_key(sql, repr(params) if params is not None else ""),
+                                          self.schema)
+                if planned is not None:
+                    return self._run_planned(planned, lambda: classify(sql, params))
+                return self._dispatch(classify(sql, params))
             except Error:
                 raise
             except Exception as err:  # a dpsql bug: fail closed, nothing released
@@ -266,13 +320,17 @@ class Session:
             if isinstance(planned, PublicQuery):
                 return _explain_result(explain.public_rows(planned.sql), stmt.name, self.engine.dialect)
             return self._explain(planned, stmt.name)
+        return self._run_planned(planned, lambda: stmt)
+
+    def _run_planned(self, planned: QueryPlan | PublicQuery, statement) -> Result:
+        """Run a query's plan; statement() gives its Statement, needed only to plan it again."""
         try:
             result = self._run(planned)
         except SchemaChanged:
             # A fact the plan relied on no longer holds (found before anything ran or was
             # charged): read the schema again and plan the query afresh, once.
             self._refresh_schema()
-            planned = self._analyze(stmt)
+            planned = self._analyze(statement())
             result = self._run(planned)
         return self._present(result, planned) if isinstance(planned, QueryPlan) else result
 
@@ -329,27 +387,29 @@ class Session:
         settings, the policy and the schema, so each session keeps its recent ones: a dashboard's
         repeated query skips parsing, analysis and rewriting. A plan whose keys read a public
         table's values is not kept (the table's rows may change)."""
-        key = (stmt.text, stmt.params, self.epsilon, self.delta, self.mechanism, self.rho, id(self.schema))
-        hit = self._plans.get(key)
-        if hit is not None and hit[0] is self.schema:
-            self._plans.move_to_end(key)
-            return hit[1]
+        key = self._plan_key(stmt.text, stmt.params)
+        hit = self._plans.get(key, self.schema)
+        if hit is not None:
+            return hit
         planned = self._plan_now(stmt)
         if not (isinstance(planned, QueryPlan) and any(k.domain_source for k in planned.keys)):
-            self._plans[key] = (self.schema, planned)
-            while len(self._plans) > _PLAN_CACHE:
-                self._plans.popitem(last=False)
+            self._plans.put(key, self.schema, planned)
         return planned
+
+    def _plan_key(self, text: str, params: str) -> tuple:
+        """What a plan is a function of, besides the policy (fixed for a session and a Backend) and
+        the schema (checked by identity): the text and parameters, every setting analysis reads
+        (Settings, dpsql.rho) and the analyst (see PlanCache)."""
+        return (text, params, self.epsilon, self.delta, self.mechanism, self.rho, self.budget.delta,
+                self.analyst, id(self.schema))
 
     def _sql(self, plan: QueryPlan) -> str:
         """The rewrite of a plan in the engine's dialect, kept with the plan."""
-        hit = self._rewrites.get(id(plan))
-        if hit is not None and hit[0] is plan:
-            return hit[1]
-        sql = to_sql(plan, self.engine.dialect)
-        self._rewrites[id(plan)] = (plan, sql)
-        while len(self._rewrites) > _PLAN_CACHE:
-            self._rewrites.popitem(last=False)
+        dialect = self.engine.dialect
+        sql = self._plans.rewrite(plan, dialect)
+        if sql is None:
+            sql = to_sql(plan, dialect)
+            self._plans.put_rewrite(plan, dialect, sql)
         return sql
 
     def _plan_now(self, stmt: Statement) -> QueryPlan | PublicQuery:
@@ -1206,6 +1266,7 @@ class Backend:
         self.target = target
         self.engine = open_engine(target, sources=path_sources(self.policy), **engine_options)
         self._lock = threading.Lock()
+        self.plans = PlanCache(_SHARED_PLAN_CACHE)     # shared by the sessions (keys carry the analyst)
         try:
             self.schema = read_schema(self.policy, self.engine)
         except BaseException:
@@ -1219,7 +1280,7 @@ class Backend:
             engine = clone() if clone is not None else self.engine
         try:
             return Session(engine, self.policy, analyst, rng=rng, own_engine=clone is not None,
-                           schema=self.schema, on_schema=self._schema_read)
+                           schema=self.schema, on_schema=self._schema_read, plans=self.plans)
         except BaseException:
             if clone is not None:
                 engine.close()
