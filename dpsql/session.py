@@ -545,6 +545,7 @@ class Session:
             params["subset_selection"] = {"population": subset.population, "surcharge": recon.surcharge}
         b = self.budget
         rho_q = accounting.decimal_up(charged.rho)
+        after: list[Spending] = []          # the spending the charge's own transaction left
 
         def charge() -> None:
             """Charge first: called by the engine inside the query's transaction, after the schema
@@ -553,10 +554,10 @@ class Session:
             if self._cancelled.is_set():
                 raise QueryCanceled("canceling statement due to user request: the query was cancelled")
             try:
-                self.ledger.charge(self.analyst, charged.epsilon, charged.delta, epsilon_total=b.epsilon,
-                                   delta_total=b.delta, mechanism=plan.mechanism, params=params, query=plan.text,
-                                   subset=subset, rho=rho_q, zcdp_delta=charged.zcdp_delta,
-                                   accountant=b.accountant)
+                after.append(self.ledger.charge_with_spending(
+                    self.analyst, charged.epsilon, charged.delta, epsilon_total=b.epsilon, delta_total=b.delta,
+                    mechanism=plan.mechanism, params=params, query=plan.text, subset=subset, rho=rho_q,
+                    zcdp_delta=charged.zcdp_delta, accountant=b.accountant)[1])
             except (QueryRejected, BudgetExhausted) as err:
                 if subset is not None:
                     self._audit("subset_refused", plan, charged=charged, subset=subset, reason=err.sqlstate)
@@ -571,7 +572,7 @@ class Session:
         if self._cancelled.is_set():
             raise QueryCanceled("canceling statement due to user request: the query was cancelled")
         table = self._noise(plan, rows.rows, mechs, sel)
-        spending = self.spending()
+        spending = after[0]
         db_types = self._db_types(plan)
         accuracy = postprocess.through([self._accuracy(o, mechs) for o in plan.outputs], plan.wraps)
         accuracy = _widest(accuracy, table.widths)
