@@ -293,3 +293,32 @@ def test_the_transaction_and_its_locks_end_with_the_query(pg, engine):
             other.execute("LOCK TABLE people IN ACCESS EXCLUSIVE MODE")     # raises if a lock were left
             other.rollback()
     assert engine.run("SELECT 3").rows == [(3,)]
+
+
+def test_prepared_facts_see_every_change_and_stay_on_dpsql_own_connections(pg):
+    """The facts query is prepared once on a connection dpsql opened; run past the point where
+    PostgreSQL switches a prepared statement to its generic plan, it still sees a change committed
+    before the query's LOCK. A connection passed in by its owner is left without prepared statements."""
+    from dpsql.errors import SchemaChanged
+    with psycopg.connect(pg, autocommit=True) as admin:
+        admin.execute("DROP TABLE IF EXISTS eng.drift")
+        admin.execute("CREATE TABLE eng.drift (id bigint PRIMARY KEY, v int NOT NULL)")
+    own = PostgresEngine(pg)
+    try:
+        assert own._con.execute("SELECT name FROM pg_prepared_statements").fetchall() == [("dpsql_facts",)]
+        facts = own.facts(["eng.drift"])
+        assert facts["eng.drift"].unique == {"id"} and facts["eng.drift"].not_null == {"id", "v"}
+        called = []
+        for _ in range(8):                       # custom plans first, then the generic one
+            assert own.run("SELECT COUNT(*) FROM eng.drift", expect=facts, before=lambda: called.append(1)).rows
+        with psycopg.connect(pg, autocommit=True) as admin:
+            admin.execute("ALTER TABLE eng.drift ALTER COLUMN v DROP NOT NULL")
+        with pytest.raises(SchemaChanged):
+            own.run("SELECT COUNT(*) FROM eng.drift", expect=facts, before=lambda: called.append(2))
+        assert called == [1] * 8
+    finally:
+        own.close()
+    with psycopg.connect(pg, autocommit=True) as theirs:
+        e = PostgresEngine(theirs)
+        assert e.run("SELECT COUNT(*) FROM people", expect=e.facts(["people"])).rows[0][0] > 0
+        assert theirs.execute("SELECT COUNT(*) FROM pg_prepared_statements").fetchone()[0] == 0
