@@ -58,9 +58,11 @@ JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdroppe
 WHERE (n.nspname, c.relname) IN (SELECT * FROM unnest({schemas}::text[], {names}::text[]))
   AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
 ORDER BY c.oid, a.attnum"""
-# A connection dpsql opens prepares _FACTS once under this name: planning the catalog join took
-# about 0.5 ms of the server's CPU per query, more than the benchmark's private query itself.
-_FACTS_PREPARED = "dpsql_facts"
+# On a connection dpsql opens, _FACTS for each set of relations is a prepared statement without
+# parameters (the names are literals), so PostgreSQL plans it once and reuses the plan: planning the
+# catalog join each time took ~0.4 ms of the server's CPU per query (with parameters PostgreSQL kept
+# choosing custom plans, i.e. planned it every time). Names: _FACTS_PREPARED + a number.
+_FACTS_PREPARED = "dpsql_facts_"
 
 
 class PostgresEngine:
@@ -85,11 +87,13 @@ class PostgresEngine:
                          "work_mem": work_mem, "jit": jit}
         self._cancelling = False
         self._autocommit = True
-        self._facts_prepared = False        # _FACTS prepared on this connection (only on one dpsql opened)
+        self._facts_prepared = False        # prepare _FACTS per relation set (only on a connection dpsql opened)
+        self._prepared: list[str] = []      # the names prepared on this connection
         if isinstance(target, str):
             self._conninfo = target
             self._con = self._connect(target, connect_timeout)
             self._owned = True
+            self._facts_prepared = True
             self.name = _describe(target)
         elif isinstance(target, psycopg.Connection):
             self._con = target
@@ -118,9 +122,6 @@ class PostgresEngine:
             if self._timeout_ms is not None:
                 con.execute("SELECT set_config('statement_timeout', %s, false)", [f"{self._timeout_ms}ms"])
             superuser = con.execute("SELECT current_setting('is_superuser')").fetchone()[0] == "on"
-            con.execute(pgsql.SQL("PREPARE {} (text[], text[]) AS ").format(pgsql.Identifier(_FACTS_PREPARED))
-                        + pgsql.SQL(_FACTS).format(schemas=pgsql.SQL("$1"), names=pgsql.SQL("$2")))
-            self._facts_prepared = True
         except psycopg.Error as err:
             con.close()
             log.warning("postgres session setup failed: %s", err)
@@ -200,9 +201,10 @@ class PostgresEngine:
         cache = self._begin_texts
         text = cache.get(key)
         if text is None:
-            text = self._begin_text(names)
             if len(cache) >= 256:           # a session reads few table sets; keep it bounded anyway
                 cache.clear()
+                self._deallocate()
+            text = self._begin_text(names)
             cache[key] = text
         cur = con.cursor()
         cur.execute(text, prepare=False)
@@ -230,13 +232,21 @@ class PostgresEngine:
                 pgsql.SQL(", ").join(pgsql.Identifier(sch, n) for sch, n in dict.fromkeys(names))))
         parts.append(pgsql.SQL("SELECT {}").format(pgsql.SQL(", ").join(settings)))
         if names:
-            schemas, rels = pgsql.Literal([sch for sch, _ in names]), pgsql.Literal([n for _, n in names])
-            if self._facts_prepared:        # the same query, planned once per connection
-                parts.append(pgsql.SQL("EXECUTE {}({}::text[], {}::text[])").format(
-                    pgsql.Identifier(_FACTS_PREPARED), schemas, rels))
-            else:                           # a connection of the caller's: no state left on it
-                parts.append(pgsql.SQL(_FACTS).format(schemas=schemas, names=rels))
+            facts = pgsql.SQL(_FACTS).format(schemas=pgsql.Literal([sch for sch, _ in names]),
+                                             names=pgsql.Literal([n for _, n in names]))
+            if self._facts_prepared:        # the same query, planned once per connection and relation set
+                name = pgsql.Identifier(f"{_FACTS_PREPARED}{len(self._prepared)}")
+                con.execute(pgsql.SQL("PREPARE {} AS ").format(name) + facts, prepare=False)
+                self._prepared.append(name.as_string(con))
+                facts = pgsql.SQL("EXECUTE {}").format(name)
+            parts.append(facts)             # (a connection of the caller's: inline, no state left on it)
         return pgsql.SQL("; ").join(parts).as_string(con)
+
+    def _deallocate(self) -> None:
+        """Drop the facts statements prepared on this connection (their texts are forgotten)."""
+        names, self._prepared = self._prepared, []
+        for name in names:
+            self._con.execute(f"DEALLOCATE {name}", prepare=False)
 
     def _execute(self, text: str, params: dict | list | None) -> psycopg.Cursor:
         """BEGIN READ ONLY and the transaction's settings (_begin), then one SELECT through a
