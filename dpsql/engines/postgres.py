@@ -150,7 +150,10 @@ class PostgresEngine:
                     check_facts(facts, expect)
                 if before is not None:
                     before()
-                desc, rows = self._query(text, dict(params) if params else None)
+                cur = self._con.cursor(binary=True)
+                cur.execute(text, dict(params) if params else None, prepare=False)
+                desc = cur.description or []
+                rows = cur.fetchall() if cur.description else []
             except psycopg.errors.QueryCanceled:
                 if self._cancelling:
                     raise QueryCanceled("canceling statement due to user request: the query was cancelled") from None
@@ -167,21 +170,6 @@ class PostgresEngine:
                 self._end()
         types = tuple(self._type_name(d.type_code) for d in desc)
         return Rows(tuple(d.name for d in desc), types, rows)
-
-    def _query(self, text: str, params: dict | None) -> tuple[list, list[tuple]]:
-        """The query through a binary cursor (the extended protocol: exactly one statement) and the
-        transaction's ROLLBACK behind it in one pipeline: one round trip for both. If the query
-        fails, PostgreSQL skips the ROLLBACK (the rest of a failed pipeline is not run), psycopg
-        raises the query's error and _end rolls back as before."""
-        con = self._con
-        cur = con.cursor(binary=True)
-        with con.pipeline() as pipe:
-            cur.execute(text, params, prepare=False)
-            con.cursor().execute("ROLLBACK", prepare=False)
-            pipe.sync()
-            desc = cur.description or []
-            rows = cur.fetchall() if cur.description else []
-        return desc, rows
 
     def _begin(self, lock: list[str]) -> dict[str, TableFacts]:
         """BEGIN READ ONLY; [LOCK TABLE the relations IN ACCESS SHARE MODE;] the transaction's own

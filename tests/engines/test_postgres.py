@@ -277,8 +277,8 @@ def test_sums_are_bigint_only_where_the_bounds_prove_it_fits(pg, tmp_path, upper
 
 
 def test_the_transaction_and_its_locks_end_with_the_query(pg, engine):
-    """The query and its ROLLBACK go in one pipeline: afterwards the connection is idle and the
-    ACCESS SHARE locks are gone (DDL is not held up), after a failed query as after a good one."""
+    """After a query the connection is idle and the transaction's ACCESS SHARE locks are gone (DDL
+    is not held up), after a failed query as after a good one."""
     from psycopg.pq import TransactionStatus
     expect = engine.facts(["people"])
     for sql, fails in [("SELECT COUNT(*) FROM people", False), ("SELECT CAST(state AS INT) FROM people", True)]:
