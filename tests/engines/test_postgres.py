@@ -10,7 +10,7 @@ import pytest
 
 import dpsql
 from dpsql.engines.base import open_engine
-from dpsql.engines.postgres import PostgresEngine, _bind
+from dpsql.engines.postgres import PostgresEngine, _bind, _bound
 from dpsql.errors import EngineError, InterfaceError, QueryCanceled
 
 # -- parameters: no database needed
@@ -29,6 +29,7 @@ from dpsql.errors import EngineError, InterfaceError, QueryCanceled
 ])
 def test_bind_escapes_every_percent_but_the_parameters(sql, want):
     assert _bind(sql, {"salt": 1}) == want
+    assert _bound(sql, frozenset({"salt"})) == want == _bound(sql, frozenset({"salt"}))     # kept, the same
 
 
 # -- on the server
