@@ -140,14 +140,17 @@ def _start_proxy(target: str, policy: Path) -> tuple[subprocess.Popen, int]:
 
 
 def _rewritten(conn, q: str) -> str | None:
+    """dpsql's rewritten SQL for q (EXPLAIN DP (SQL): one row per line of it), the bounding salt
+    written in as a fixed literal (the work is the same for any salt); None if it has other
+    parameters. (Before, this read the first line of EXPLAIN DP's rewritten_sql only: the "floor"
+    ran `SELECT`, a no-op.)"""
     cur = conn.cursor()
-    cur.execute("EXPLAIN DP " + q)
-    names = [d[0] for d in cur.description]
-    for row in cur.fetchall():
-        if row[0] == "rewritten_sql":
-            sql = row[names.index("detail")] if "detail" in names else row[-1]
-            return None if "%(" in sql or "$" in sql else sql
-    return None
+    cur.execute("EXPLAIN DP (SQL) " + q)
+    sql = "\n".join(row[0] for row in cur.fetchall())
+    sql = sql.replace("%(salt)s", "1234567890123")
+    if "%(" in sql or "$" in sql or not sql.lstrip().upper().startswith(("SELECT", "WITH")):
+        return None
+    return sql
 
 
 def _pct(xs: list[float], p: float) -> float:
