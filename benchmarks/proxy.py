@@ -249,6 +249,14 @@ def measure_concurrency(kind: str, target: str, pol: dict, port: int, seconds: f
         c = duckdb.connect(target, read_only=True)
         return c, (lambda sql: c.execute(sql).fetchall()), c.close
 
+    def engine_conn():
+        """dpsql's PostgreSQL engine alone: BEGIN, LOCK, settings and the schema-facts check, the
+        query, ROLLBACK (no analysis, ledger or noise)."""
+        from dpsql.engines.postgres import PostgresEngine
+        e = PostgresEngine(target)
+        facts = e.facts(["people"])
+        return e, (lambda sql: e.run(sql, expect=facts)), e.close
+
     def proxy_conn():
         c = psycopg.connect(f"host=127.0.0.1 port={port} user=bench dbname=bench sslmode=disable", autocommit=True)
         return c, (lambda sql: c.execute(sql).fetchall()), c.close
@@ -263,6 +271,8 @@ def measure_concurrency(kind: str, target: str, pol: dict, port: int, seconds: f
 
     configs = {"raw": (direct_conn, lambda k: template.format(k=k)),
                "floor": (direct_conn, lambda k: floor_sql.replace("age > 0", f"age > {k}")) if floor_sql else None,
+               "engine": (engine_conn, lambda k: floor_sql.replace("age > 0", f"age > {k}"))
+               if floor_sql and kind == "postgres" else None,
                "proxy": (proxy_conn, lambda k: template.format(k=k)),
                "dpsql": (dpsql_conn, lambda k: template.format(k=k)),
                "proxy_new": (proxy_conn, lambda k: template.format(k=next(fresh)))}
@@ -375,7 +385,9 @@ def render(kind: str, people: int, lat: dict, conc: dict, argv: list[str], load:
                      f"{added:.3f} | {p99(t['raw'])} | {p99(t['floor'])} | {p99(t['proxy'])} | {p99(t['dpsql'])} | "
                      f"{'met' if added < P50_TARGET_MS else '**missed**'} |")
     lines += ["", "## Concurrent clients (`count` query): private queries/s and latency (ms)", "",
-              "(a) and (b) charge nothing; (c) and (d) are private queries, each charged in the ledger. "
+              "(a) and (b) charge nothing; engine: (b) through dpsql's PostgreSQL engine (its transaction: BEGIN, "
+              "LOCK, settings, the schema-facts check, the query, ROLLBACK; no analysis, ledger or noise), from "
+              "this process; (c) and (d) are private queries, each charged in the ledger. "
               "Batch: mean charges per ledger COMMIT in (d) (group commit; (c) batches alike in its own process). "
               "CPU ms/q: CPU time per answered query of the proxy process, of the PostgreSQL backends serving it, and "
               "of this process for (d) (which includes the client threads): unlike q/s, it does not depend on what "
@@ -385,10 +397,10 @@ def render(kind: str, people: int, lat: dict, conc: dict, argv: list[str], load:
               "proxy again, every query with a literal never sent before, so every query is parsed, analysed and "
               "rewritten. Every query is charged and run either way (the repeat-answer cache is off).",
               "",
-              "| clients | raw q/s | floor q/s | proxy q/s | dpsql q/s | proxy p50 | proxy p99 | dpsql p50 | dpsql p99 "
-              "| proxy - dpsql p50 | dpsql batch | proxy CPU ms/q | PG CPU ms/q (proxy) | dpsql CPU ms/q "
+              "| clients | raw q/s | floor q/s | engine q/s | proxy q/s | dpsql q/s | proxy p50 | proxy p99 | dpsql p50 | dpsql p99 "
+              "| proxy - dpsql p50 | dpsql batch | proxy CPU ms/q | PG CPU ms/q (proxy) | PG CPU ms/q (engine) | dpsql CPU ms/q "
               "| proxy q/s, new texts | proxy p50, new texts | proxy CPU ms/q, new texts | errors | target |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     def cpu(r: dict, i: int) -> str:
         v = (r.get("cpu") or (None, None))[i]
         return "n/a" if v is None else f"{v:.2f}"
@@ -405,10 +417,10 @@ def render(kind: str, people: int, lat: dict, conc: dict, argv: list[str], load:
             target = f"proxy >= {PRIVATE_QPS_TARGET} q/s: {'met' if ok else '**missed**'}"
         else:
             target = ""
-        lines.append(f"| {clients} | {q('raw')} | {q('floor')} | {q('proxy')} | {q('dpsql')} | "
+        lines.append(f"| {clients} | {q('raw')} | {q('floor')} | {q('engine')} | {q('proxy')} | {q('dpsql')} | "
                      f"{ms(g('proxy').get('lat'))} | {p99(g('proxy').get('lat'))} | {ms(g('dpsql').get('lat'))} | "
                      f"{p99(g('dpsql').get('lat'))} | {added:.3f} | {sum(b) / len(b) if b else float('nan'):.1f} | "
-                     f"{cpu(g('proxy'), 0)} | {cpu(g('proxy'), 1)} | {cpu(g('dpsql'), 0)} | {q('proxy_new')} | "
+                     f"{cpu(g('proxy'), 0)} | {cpu(g('proxy'), 1)} | {cpu(g('engine'), 1)} | {cpu(g('dpsql'), 0)} | {q('proxy_new')} | "
                      f"{ms(g('proxy_new').get('lat'))} | {cpu(g('proxy_new'), 0)} | {errs} | {target} |")
     lines += ["", f"Load average (1, 5, 15 min) before the run: {load[0]}; after: {load[1]}.", "",
               "Notes: every private query is charged in the SQLite ledger (a committed, fsync'd transaction, "
