@@ -73,8 +73,9 @@ _ANALYST = re.compile(r"^[\w.@+-]{1,128}$")
 
 
 class PlanCache:
-    """Recent plans and their rewrites, least recently used first out; thread-safe, so that one
-    cache can serve all the sessions of a Backend (the proxy: one Session per client connection).
+    """Recent plans and what is derived from each alone (its rewrite, its mechanisms: immutable),
+    least recently used first out; thread-safe, so that one cache can serve all the sessions of a
+    Backend (the proxy: one Session per client connection).
 
     A plan is a pure function of the text and parameters, the settings, the analyst's budget delta,
     the policy and the schema (Session._plan_key holds each), so it may be shared. Keys also carry
@@ -86,7 +87,7 @@ class PlanCache:
         self._size = size
         self._lock = threading.Lock()
         self._plans: collections.OrderedDict = collections.OrderedDict()       # key -> (schema, plan)
-        self._rewrites: collections.OrderedDict = collections.OrderedDict()    # (id(plan), dialect) -> (plan, sql)
+        self._derived: collections.OrderedDict = collections.OrderedDict()     # (id(plan), what) -> (plan, value)
 
     def get(self, key: tuple, schema: Schema):
         with self._lock:
@@ -102,16 +103,17 @@ class PlanCache:
             while len(self._plans) > self._size:
                 self._plans.popitem(last=False)
 
-    def rewrite(self, plan, dialect: str) -> str | None:
+    def derived(self, plan, what: tuple):
+        """What was kept for this very plan object under `what`, or None."""
         with self._lock:
-            hit = self._rewrites.get((id(plan), dialect))
+            hit = self._derived.get((id(plan), what))
             return hit[1] if hit is not None and hit[0] is plan else None
 
-    def put_rewrite(self, plan, dialect: str, sql: str) -> None:
+    def put_derived(self, plan, what: tuple, value) -> None:
         with self._lock:
-            self._rewrites[(id(plan), dialect)] = (plan, sql)
-            while len(self._rewrites) > self._size:
-                self._rewrites.popitem(last=False)
+            self._derived[(id(plan), what)] = (plan, value)
+            while len(self._derived) > 2 * self._size:
+                self._derived.popitem(last=False)
 
     def values(self):
         with self._lock:
@@ -237,7 +239,6 @@ class Session:
         self.plan_queries = 0               # SET dpsql.plan_queries: EXPLAIN DP compares k such queries
         self.intervals = False              # SET dpsql.intervals: <col>_low, <col>_high after noisy columns
         self.round = False                  # SET dpsql.round: counts as whole numbers, at least 0
-        self._last_mechanisms = None        # (plan, its mechanisms): built once per query
 
     @staticmethod
     def demo() -> tuple[Path, Path, str]:
@@ -406,10 +407,10 @@ class Session:
     def _sql(self, plan: QueryPlan) -> str:
         """The rewrite of a plan in the engine's dialect, kept with the plan."""
         dialect = self.engine.dialect
-        sql = self._plans.rewrite(plan, dialect)
+        sql = self._plans.derived(plan, ("sql", dialect))
         if sql is None:
             sql = to_sql(plan, dialect)
-            self._plans.put_rewrite(plan, dialect, sql)
+            self._plans.put_derived(plan, ("sql", dialect), sql)
         return sql
 
     def _plan_now(self, stmt: Statement) -> QueryPlan | PublicQuery:
@@ -491,9 +492,10 @@ class Session:
         return self._analyze(stmt) if cached else self._plan_now(stmt)
 
     def _mechanisms(self, plan: QueryPlan):
-        last = self._last_mechanisms
-        if last is not None and last[0] is plan:       # the charge and the answer use the same ones
-            return last[1]
+        """The plan's mechanisms (immutable, a function of the plan alone), kept with the plan."""
+        kept = self._plans.derived(plan, ("mechanisms",))
+        if kept is not None:
+            return kept
         mechs = {spec.target: make_mechanism(spec.mechanism, spec.sensitivity, spec.epsilon, spec.delta)
                  for spec in plan.noise if spec.mechanism != "exponential"}
         mechs.update(_quantile_mechanisms(plan))
@@ -501,7 +503,7 @@ class Session:
         if plan.selection_noise is not None:
             s = plan.selection_noise
             sel = make_mechanism("laplace", s.l1, s.epsilon, 0.0)
-        self._last_mechanisms = (plan, (mechs, sel))
+        self._plans.put_derived(plan, ("mechanisms",), (mechs, sel))
         return mechs, sel
 
     def _run_public(self, q: PublicQuery) -> Result:

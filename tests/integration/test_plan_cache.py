@@ -42,6 +42,8 @@ def test_a_backends_sessions_share_plans_per_analyst(people_db, tmp_path, monkey
         p = a1.plan(q)
         assert a2.plan(q) is p                                   # shared between a's connections
         assert b.plan(q) is not p                                # never across analysts
+        assert a2._mechanisms(p) is a1._mechanisms(p)            # built once per plan (immutable)
+        assert a2._sql(p) is a1._sql(p)
         parsed = []
         real = session_mod.classify
         monkeypatch.setattr(session_mod, "classify", lambda *a, **k: parsed.append(a[0]) or real(*a, **k))
