@@ -14,8 +14,12 @@ queries, with one client (p50/p99 latency per query) and with 1, 16 and 64 concu
              backend: parse, analysis, rewrite, ledger charge, engine, noise, wire protocol.
   (d) dpsql  dpsql.connect in-process on the same backend: (c) - (d) is the proxy's own cost.
 
-Every query carries a distinct literal per run (WHERE age > k) so no answer comes from dpsql's
-repeat cache; the policy's budget is generous. The runs of one query are interleaved (a, b, c, d)
+Queries carry a literal (WHERE age > k, k cycling through 0..99) and the policy turns dpsql's
+repeat-answer cache off (cache_lifetime = 0), so every private query is charged and run; the
+policy's budget is generous. Plans are reused for repeated texts (each analyst's plans are shared
+by the sessions of one server); the concurrency part warms them up (each text once, proxy and
+in-process) and also measures the proxy with texts never sent before ("new texts": every query
+parsed, analysed and rewritten). The runs of one query are interleaved (a, b, c, d)
 so load from other processes hits them alike. Concurrency: N threads (N = 1, 16, 64), each with
 its own connection, for --seconds per configuration (for (d), N in-process sessions of one Backend);
 every client is the one analyst `bench` (all charges on one running total, the ledger's hardest
@@ -29,6 +33,7 @@ Without a reachable PostgreSQL the benchmark uses the DuckDB backend and says so
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import platform
 import socket
@@ -135,14 +140,17 @@ def _start_proxy(target: str, policy: Path) -> tuple[subprocess.Popen, int]:
 
 
 def _rewritten(conn, q: str) -> str | None:
+    """dpsql's rewritten SQL for q (EXPLAIN DP (SQL): one row per line of it), the bounding salt
+    written in as a fixed literal (the work is the same for any salt); None if it has other
+    parameters. (Before, this read the first line of EXPLAIN DP's rewritten_sql only: the "floor"
+    ran `SELECT`, a no-op.)"""
     cur = conn.cursor()
-    cur.execute("EXPLAIN DP " + q)
-    names = [d[0] for d in cur.description]
-    for row in cur.fetchall():
-        if row[0] == "rewritten_sql":
-            sql = row[names.index("detail")] if "detail" in names else row[-1]
-            return None if "%(" in sql or "$" in sql else sql
-    return None
+    cur.execute("EXPLAIN DP (SQL) " + q)
+    sql = "\n".join(row[0] for row in cur.fetchall())
+    sql = sql.replace("%(salt)s", "1234567890123")
+    if "%(" in sql or "$" in sql or not sql.lstrip().upper().startswith(("SELECT", "WITH")):
+        return None
+    return sql
 
 
 def _pct(xs: list[float], p: float) -> float:
@@ -241,6 +249,14 @@ def measure_concurrency(kind: str, target: str, pol: dict, port: int, seconds: f
         c = duckdb.connect(target, read_only=True)
         return c, (lambda sql: c.execute(sql).fetchall()), c.close
 
+    def engine_conn():
+        """dpsql's PostgreSQL engine alone: BEGIN, LOCK, settings and the schema-facts check, the
+        query, ROLLBACK (no analysis, ledger or noise)."""
+        from dpsql.engines.postgres import PostgresEngine
+        e = PostgresEngine(target)
+        facts = e.facts(["people"])
+        return e, (lambda sql: e.run(sql, expect=facts)), e.close
+
     def proxy_conn():
         c = psycopg.connect(f"host=127.0.0.1 port={port} user=bench dbname=bench sslmode=disable", autocommit=True)
         return c, (lambda sql: c.execute(sql).fetchall()), c.close
@@ -251,10 +267,15 @@ def measure_concurrency(kind: str, target: str, pol: dict, port: int, seconds: f
         s = backend.session("bench_inproc")
         return s, s.execute, s.close
 
+    fresh = itertools.count(1000)      # literals no client has sent before: no query was planned before
+
     configs = {"raw": (direct_conn, lambda k: template.format(k=k)),
                "floor": (direct_conn, lambda k: floor_sql.replace("age > 0", f"age > {k}")) if floor_sql else None,
+               "engine": (engine_conn, lambda k: floor_sql.replace("age > 0", f"age > {k}"))
+               if floor_sql and kind == "postgres" else None,
                "proxy": (proxy_conn, lambda k: template.format(k=k)),
-               "dpsql": (dpsql_conn, lambda k: template.format(k=k))}
+               "dpsql": (dpsql_conn, lambda k: template.format(k=k)),
+               "proxy_new": (proxy_conn, lambda k: template.format(k=next(fresh)))}
     out: dict = {}
     batches: list[int] = []
 
@@ -263,6 +284,13 @@ def measure_concurrency(kind: str, target: str, pol: dict, port: int, seconds: f
             batches.append(len(ids))
 
     try:
+        # Warm-up: each of the 100 texts once through the proxy and the in-process Backend (charged
+        # like any query), so that both reuse their plans from the first configuration on.
+        for opener in (proxy_conn, dpsql_conn):
+            _, run, close = opener()
+            for k in range(100):
+                run(template.format(k=k))
+            close()
         for clients in CLIENTS:
             out[clients] = {}
             for key, cfg in configs.items():
@@ -295,7 +323,7 @@ def measure_concurrency(kind: str, target: str, pol: dict, port: int, seconds: f
                         k += clients
 
                 batches.clear()
-                own = [server_pid] if key == "proxy" and server_pid else [os.getpid()] if key == "dpsql" else []
+                own = [server_pid] if key.startswith("proxy") and server_pid else [os.getpid()] if key == "dpsql" else []
                 pg = _backend_pids(kind, target)
                 cpu0 = (_cpu_seconds(own), _cpu_seconds(pg))
                 if group is not None:
@@ -357,15 +385,22 @@ def render(kind: str, people: int, lat: dict, conc: dict, argv: list[str], load:
                      f"{added:.3f} | {p99(t['raw'])} | {p99(t['floor'])} | {p99(t['proxy'])} | {p99(t['dpsql'])} | "
                      f"{'met' if added < P50_TARGET_MS else '**missed**'} |")
     lines += ["", "## Concurrent clients (`count` query): private queries/s and latency (ms)", "",
-              "(a) and (b) charge nothing; (c) and (d) are private queries, each charged in the ledger. "
+              "(a) and (b) charge nothing; engine: (b) through dpsql's PostgreSQL engine (its transaction: BEGIN, "
+              "LOCK, settings, the schema-facts check, the query, ROLLBACK; no analysis, ledger or noise), from "
+              "this process; (c) and (d) are private queries, each charged in the ledger. "
               "Batch: mean charges per ledger COMMIT in (d) (group commit; (c) batches alike in its own process). "
               "CPU ms/q: CPU time per answered query of the proxy process, of the PostgreSQL backends serving it, and "
               "of this process for (d) (which includes the client threads): unlike q/s, it does not depend on what "
-              "else the machine runs.",
+              "else the machine runs. The clients cycle through 100 literals (`age > k`, k = 0..99), each sent once "
+              "through the proxy and in-process before the first configuration, so their plans are reused "
+              "(each analyst's plans are shared by the sessions of one server: `PlanCache`); \"new texts\": the "
+              "proxy again, every query with a literal never sent before, so every query is parsed, analysed and "
+              "rewritten. Every query is charged and run either way (the repeat-answer cache is off).",
               "",
-              "| clients | raw q/s | floor q/s | proxy q/s | dpsql q/s | proxy p50 | proxy p99 | dpsql p50 | dpsql p99 "
-              "| proxy - dpsql p50 | dpsql batch | proxy CPU ms/q | PG CPU ms/q (proxy) | dpsql CPU ms/q | errors | target |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| clients | raw q/s | floor q/s | engine q/s | proxy q/s | dpsql q/s | proxy p50 | proxy p99 | dpsql p50 | dpsql p99 "
+              "| proxy - dpsql p50 | dpsql batch | proxy CPU ms/q | PG CPU ms/q (proxy) | PG CPU ms/q (engine) | dpsql CPU ms/q "
+              "| proxy q/s, new texts | proxy p50, new texts | proxy CPU ms/q, new texts | errors | target |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     def cpu(r: dict, i: int) -> str:
         v = (r.get("cpu") or (None, None))[i]
         return "n/a" if v is None else f"{v:.2f}"
@@ -382,10 +417,11 @@ def render(kind: str, people: int, lat: dict, conc: dict, argv: list[str], load:
             target = f"proxy >= {PRIVATE_QPS_TARGET} q/s: {'met' if ok else '**missed**'}"
         else:
             target = ""
-        lines.append(f"| {clients} | {q('raw')} | {q('floor')} | {q('proxy')} | {q('dpsql')} | "
+        lines.append(f"| {clients} | {q('raw')} | {q('floor')} | {q('engine')} | {q('proxy')} | {q('dpsql')} | "
                      f"{ms(g('proxy').get('lat'))} | {p99(g('proxy').get('lat'))} | {ms(g('dpsql').get('lat'))} | "
                      f"{p99(g('dpsql').get('lat'))} | {added:.3f} | {sum(b) / len(b) if b else float('nan'):.1f} | "
-                     f"{cpu(g('proxy'), 0)} | {cpu(g('proxy'), 1)} | {cpu(g('dpsql'), 0)} | {errs} | {target} |")
+                     f"{cpu(g('proxy'), 0)} | {cpu(g('proxy'), 1)} | {cpu(g('engine'), 1)} | {cpu(g('dpsql'), 0)} | {q('proxy_new')} | "
+                     f"{ms(g('proxy_new').get('lat'))} | {cpu(g('proxy_new'), 0)} | {errs} | {target} |")
     lines += ["", f"Load average (1, 5, 15 min) before the run: {load[0]}; after: {load[1]}.", "",
               "Notes: every private query is charged in the SQLite ledger (a committed, fsync'd transaction, "
               "shared by concurrent charges: group commit) on both (c) and (d); (a) and (b) charge nothing. "

@@ -260,7 +260,20 @@ class Ledger:
                delta_total: float, mechanism: str, params: Mapping[str, object],
                query: str | None = None, subset: SubsetCharge | None = None,
                rho: object = None, zcdp_delta: float | None = None, accountant: str = "basic") -> int:
-        """Record one query's cost, or refuse it; return the charge's id.
+        """Record one query's cost, or refuse it; return the charge's id (charge_with_spending)."""
+        return self.charge_with_spending(analyst, epsilon, delta, epsilon_total=epsilon_total,
+                                         delta_total=delta_total, mechanism=mechanism, params=params,
+                                         query=query, subset=subset, rho=rho, zcdp_delta=zcdp_delta,
+                                         accountant=accountant)[0]
+
+    def charge_with_spending(self, analyst: str, epsilon: float, delta: float, *, epsilon_total: float,
+                             delta_total: float, mechanism: str, params: Mapping[str, object],
+                             query: str | None = None, subset: SubsetCharge | None = None,
+                             rho: object = None, zcdp_delta: float | None = None,
+                             accountant: str = "basic") -> tuple[int, Spending]:
+        """Record one query's cost, or refuse it; return the charge's id and the analyst's spending
+        as the charge's own transaction left it (what spending() would have read right after its
+        COMMIT, without reading the ledger again).
 
         Atomically: read the analyst's spending; if spent + this charge does not fit the totals
         under the analyst's accountant, raise BudgetExhausted (naming what is short, what is left and
@@ -304,7 +317,10 @@ class Ledger:
             group = self._group
             if group is None or self._conn is None:
                 raise OperationalError(f"privacy ledger {self.path}: closed")
-        return group.submit(self, pending)
+        row_id = group.submit(self, pending)
+        after = pending.after
+        assert after is not None        # set by _apply, in the transaction COMMIT has just made durable
+        return row_id, _spending_of(analyst, after, epsilon_total, delta_total, eps_total, dlt_total, accountant)
 
     def _apply(self, db: sqlite3.Connection, c: _Pending) -> int:
         """One charge inside the batch's open transaction (see "Group commit"): read the running
@@ -319,6 +335,8 @@ class Ledger:
         else:
             _check_zcdp(total, c.rho, c.zcdp_delta, c.eps_total, c.dlt_total)
         at = datetime.now(UTC).isoformat(timespec="microseconds")
+        c.after = Totals(_EXACT.add(total.epsilon, c.eps), _EXACT.add(total.delta, c.dlt),
+                         _EXACT.add(total.rho, c.rho), _EXACT.add(total.zcdp_delta, c.zcdp_delta), acc)
         row_id = db.execute(
             "INSERT INTO charges (analyst, at, epsilon, delta, mechanism, params, query, rho, zcdp_delta)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -330,8 +348,7 @@ class Ledger:
             " ON CONFLICT (analyst) DO UPDATE SET"
             " epsilon = excluded.epsilon, delta = excluded.delta, charges = charges + 1,"
             " rho = excluded.rho, zcdp_delta = excluded.zcdp_delta, accountant = excluded.accountant",
-            (c.analyst, str(_EXACT.add(total.epsilon, c.eps)), str(_EXACT.add(total.delta, c.dlt)),
-             str(_EXACT.add(total.rho, c.rho)), str(_EXACT.add(total.zcdp_delta, c.zcdp_delta)), acc))
+            (c.analyst, str(c.after.epsilon), str(c.after.delta), str(c.after.rho), str(c.after.zcdp_delta), acc))
         if series is not None:
             answered, named, unnamed = series
             db.execute(
@@ -423,35 +440,7 @@ class Ledger:
             raise ValueError(f"accountant must be one of {', '.join(accounting.ACCOUNTANTS)}")
         with self._use() as db:
             t = self._spent(db, analyst)
-        acc = t.accountant or accountant
-        if acc == "basic":
-            return Spending(
-                analyst=analyst,
-                epsilon_spent=float(t.epsilon),
-                epsilon_remaining=float(max(_EXACT.subtract(eps_total, t.epsilon), _ZERO)),
-                delta_spent=float(t.delta),
-                delta_remaining=float(max(_EXACT.subtract(dlt_total, t.delta), _ZERO)),
-                epsilon_total=float(epsilon_total),
-                delta_total=float(delta_total),
-                accountant="basic",
-                rho_spent=float(t.rho),
-            )
-        eps_spent = accounting.epsilon_spent(t.rho, t.zcdp_delta, dlt_total)
-        left_delta = max(_EXACT.subtract(dlt_total, t.zcdp_delta), _ZERO)
-        capacity = accounting.rho_capacity(eps_total, left_delta)
-        return Spending(
-            analyst=analyst,
-            epsilon_spent=eps_spent,
-            epsilon_remaining=max(float(eps_total) - eps_spent, 0.0),
-            delta_spent=float(t.zcdp_delta),
-            delta_remaining=float(left_delta),
-            epsilon_total=float(epsilon_total),
-            delta_total=float(delta_total),
-            accountant="zcdp",
-            rho_spent=float(t.rho),
-            rho_remaining=float(max(capacity - t.rho, _ZERO)),
-            rho_total=float(accounting.rho_capacity(eps_total, dlt_total)),
-        )
+        return _spending_of(analyst, t, epsilon_total, delta_total, eps_total, dlt_total, accountant)
 
     def totals(self, analyst: str) -> Totals:
         """The analyst's exact running totals and accountant (None before the first charge)."""
@@ -682,6 +671,7 @@ class _Pending:
     lead: bool = False                  # woken to lead the next batch, not with an outcome
     row_id: int | None = None           # set only after the COMMIT holding the charge has returned
     error: BaseException | None = None
+    after: Totals | None = None         # the analyst's totals with this charge (set by _apply)
 
     def outcome(self) -> int:
         if self.error is not None:
@@ -877,6 +867,40 @@ class Totals:
     rho: Decimal
     zcdp_delta: Decimal
     accountant: str | None
+
+
+def _spending_of(analyst: str, t: Totals, epsilon_total: float, delta_total: float, eps_total: Decimal,
+                 dlt_total: Decimal, accountant: str) -> Spending:
+    """Spending from an analyst's running totals t and the budget's totals (as given, and exact)."""
+    acc = t.accountant or accountant
+    if acc == "basic":
+        return Spending(
+            analyst=analyst,
+            epsilon_spent=float(t.epsilon),
+            epsilon_remaining=float(max(_EXACT.subtract(eps_total, t.epsilon), _ZERO)),
+            delta_spent=float(t.delta),
+            delta_remaining=float(max(_EXACT.subtract(dlt_total, t.delta), _ZERO)),
+            epsilon_total=float(epsilon_total),
+            delta_total=float(delta_total),
+            accountant="basic",
+            rho_spent=float(t.rho),
+        )
+    eps_spent = accounting.epsilon_spent(t.rho, t.zcdp_delta, dlt_total)
+    left_delta = max(_EXACT.subtract(dlt_total, t.zcdp_delta), _ZERO)
+    capacity = accounting.rho_capacity(eps_total, left_delta)
+    return Spending(
+        analyst=analyst,
+        epsilon_spent=eps_spent,
+        epsilon_remaining=max(float(eps_total) - eps_spent, 0.0),
+        delta_spent=float(t.zcdp_delta),
+        delta_remaining=float(left_delta),
+        epsilon_total=float(epsilon_total),
+        delta_total=float(delta_total),
+        accountant="zcdp",
+        rho_spent=float(t.rho),
+        rho_remaining=float(max(capacity - t.rho, _ZERO)),
+        rho_total=float(accounting.rho_capacity(eps_total, dlt_total)),
+    )
 
 
 def _check_basic(t: Totals, eps: Decimal, dlt: Decimal, eps_total: Decimal, dlt_total: Decimal) -> None:

@@ -68,7 +68,59 @@ from dpsql.rewrite.auto_bounds import count_sql
 log = logging.getLogger("dpsql")
 
 _PLAN_CACHE = 128       # plans (and rewrites) a session keeps
+_SHARED_PLAN_CACHE = 1024   # plans (and rewrites) a Backend's sessions share
 _ANALYST = re.compile(r"^[\w.@+-]{1,128}$")
+
+
+class PlanCache:
+    """Recent plans and what is derived from each alone (its rewrite, its mechanisms: immutable),
+    least recently used first out; thread-safe, so that one cache can serve all the sessions of a
+    Backend (the proxy: one Session per client connection).
+
+    A plan is a pure function of the text and parameters, the settings, the analyst's budget delta,
+    the policy and the schema (Session._plan_key holds each), so it may be shared. Keys also carry
+    the analyst: a plan made for one analyst is never another's, so whether a query was planned
+    before (visible in its latency when the [timing] defence is off) says nothing about what other
+    analysts ask."""
+
+    def __init__(self, size: int):
+        self._size = size
+        self._lock = threading.Lock()
+        self._plans: collections.OrderedDict = collections.OrderedDict()       # key -> (schema, plan)
+        self._derived: collections.OrderedDict = collections.OrderedDict()     # (id(plan), what) -> (plan, value)
+
+    def get(self, key: tuple, schema: Schema):
+        with self._lock:
+            hit = self._plans.get(key)
+            if hit is None or hit[0] is not schema:
+                return None
+            self._plans.move_to_end(key)
+            return hit[1]
+
+    def put(self, key: tuple, schema: Schema, plan) -> None:
+        with self._lock:
+            self._plans[key] = (schema, plan)
+            while len(self._plans) > self._size:
+                self._plans.popitem(last=False)
+
+    def derived(self, plan, what: tuple):
+        """What was kept for this very plan object under `what`, or None."""
+        with self._lock:
+            hit = self._derived.get((id(plan), what))
+            return hit[1] if hit is not None and hit[0] is plan else None
+
+    def put_derived(self, plan, what: tuple, value) -> None:
+        with self._lock:
+            self._derived[(id(plan), what)] = (plan, value)
+            while len(self._derived) > 2 * self._size:
+                self._derived.popitem(last=False)
+
+    def values(self):
+        with self._lock:
+            return list(self._plans.values())
+
+    def __len__(self) -> int:
+        return len(self._plans)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +216,7 @@ class Session:
 
     def __init__(self, engine: Engine, policy: Policy, analyst: str, *, rng=None,
                  ledger: Ledger | None = None, own_engine: bool = True, schema: Schema | None = None,
-                 on_schema=None):
+                 on_schema=None, plans: PlanCache | None = None):
         if not isinstance(analyst, str) or not _ANALYST.match(analyst):
             raise InterfaceError("analyst must be a name of 1-128 letters, digits or . _ @ + -")
         self.engine, self.policy, self.analyst = engine, policy, analyst
@@ -183,12 +235,10 @@ class Session:
         d = policy.defaults
         self.epsilon, self.delta, self.mechanism = d.epsilon, d.delta, d.mechanism
         self.rho: float | None = self._default_rho()   # SET dpsql.rho: calibrate each query to this zCDP cost
-        self._plans: collections.OrderedDict = collections.OrderedDict()      # recent plans (_analyze)
-        self._rewrites: collections.OrderedDict = collections.OrderedDict()   # their SQL (_sql)
+        self._plans = plans if plans is not None else PlanCache(_PLAN_CACHE)   # recent plans and their SQL
         self.plan_queries = 0               # SET dpsql.plan_queries: EXPLAIN DP compares k such queries
         self.intervals = False              # SET dpsql.intervals: <col>_low, <col>_high after noisy columns
         self.round = False                  # SET dpsql.round: counts as whole numbers, at least 0
-        self._last_mechanisms = None        # (plan, its mechanisms): built once per query
 
     @staticmethod
     def demo() -> tuple[Path, Path, str]:
@@ -243,9 +293,14 @@ class Session:
             raise InterfaceError("the session is closed")
         with self._lock:
             self._cancelled.clear()
-            stmt = classify(sql, params)
             try:
-                return self._dispatch(stmt)
+                # A query planned before (same text, parameters, settings and schema) needs no
+                # parsing: classify(sql, params) gave it the key it is kept under.
+                planned = self._plans.get(self._plan_key(sql, repr(params) if params is not None else ""),
+                                          self.schema)
+                if planned is not None:
+                    return self._run_planned(planned, lambda: classify(sql, params))
+                return self._dispatch(classify(sql, params))
             except Error:
                 raise
             except Exception as err:  # a dpsql bug: fail closed, nothing released
@@ -266,13 +321,17 @@ class Session:
             if isinstance(planned, PublicQuery):
                 return _explain_result(explain.public_rows(planned.sql), stmt.name, self.engine.dialect)
             return self._explain(planned, stmt.name)
+        return self._run_planned(planned, lambda: stmt)
+
+    def _run_planned(self, planned: QueryPlan | PublicQuery, statement) -> Result:
+        """Run a query's plan; statement() gives its Statement, needed only to plan it again."""
         try:
             result = self._run(planned)
         except SchemaChanged:
             # A fact the plan relied on no longer holds (found before anything ran or was
             # charged): read the schema again and plan the query afresh, once.
             self._refresh_schema()
-            planned = self._analyze(stmt)
+            planned = self._analyze(statement())
             result = self._run(planned)
         return self._present(result, planned) if isinstance(planned, QueryPlan) else result
 
@@ -329,27 +388,29 @@ class Session:
         settings, the policy and the schema, so each session keeps its recent ones: a dashboard's
         repeated query skips parsing, analysis and rewriting. A plan whose keys read a public
         table's values is not kept (the table's rows may change)."""
-        key = (stmt.text, stmt.params, self.epsilon, self.delta, self.mechanism, self.rho, id(self.schema))
-        hit = self._plans.get(key)
-        if hit is not None and hit[0] is self.schema:
-            self._plans.move_to_end(key)
-            return hit[1]
+        key = self._plan_key(stmt.text, stmt.params)
+        hit = self._plans.get(key, self.schema)
+        if hit is not None:
+            return hit
         planned = self._plan_now(stmt)
         if not (isinstance(planned, QueryPlan) and any(k.domain_source for k in planned.keys)):
-            self._plans[key] = (self.schema, planned)
-            while len(self._plans) > _PLAN_CACHE:
-                self._plans.popitem(last=False)
+            self._plans.put(key, self.schema, planned)
         return planned
+
+    def _plan_key(self, text: str, params: str) -> tuple:
+        """What a plan is a function of, besides the policy (fixed for a session and a Backend) and
+        the schema (checked by identity): the text and parameters, every setting analysis reads
+        (Settings, dpsql.rho) and the analyst (see PlanCache)."""
+        return (text, params, self.epsilon, self.delta, self.mechanism, self.rho, self.budget.delta,
+                self.analyst, id(self.schema))
 
     def _sql(self, plan: QueryPlan) -> str:
         """The rewrite of a plan in the engine's dialect, kept with the plan."""
-        hit = self._rewrites.get(id(plan))
-        if hit is not None and hit[0] is plan:
-            return hit[1]
-        sql = to_sql(plan, self.engine.dialect)
-        self._rewrites[id(plan)] = (plan, sql)
-        while len(self._rewrites) > _PLAN_CACHE:
-            self._rewrites.popitem(last=False)
+        dialect = self.engine.dialect
+        sql = self._plans.derived(plan, ("sql", dialect))
+        if sql is None:
+            sql = to_sql(plan, dialect)
+            self._plans.put_derived(plan, ("sql", dialect), sql)
         return sql
 
     def _plan_now(self, stmt: Statement) -> QueryPlan | PublicQuery:
@@ -431,9 +492,10 @@ class Session:
         return self._analyze(stmt) if cached else self._plan_now(stmt)
 
     def _mechanisms(self, plan: QueryPlan):
-        last = self._last_mechanisms
-        if last is not None and last[0] is plan:       # the charge and the answer use the same ones
-            return last[1]
+        """The plan's mechanisms (immutable, a function of the plan alone), kept with the plan."""
+        kept = self._plans.derived(plan, ("mechanisms",))
+        if kept is not None:
+            return kept
         mechs = {spec.target: make_mechanism(spec.mechanism, spec.sensitivity, spec.epsilon, spec.delta)
                  for spec in plan.noise if spec.mechanism != "exponential"}
         mechs.update(_quantile_mechanisms(plan))
@@ -441,7 +503,7 @@ class Session:
         if plan.selection_noise is not None:
             s = plan.selection_noise
             sel = make_mechanism("laplace", s.l1, s.epsilon, 0.0)
-        self._last_mechanisms = (plan, (mechs, sel))
+        self._plans.put_derived(plan, ("mechanisms",), (mechs, sel))
         return mechs, sel
 
     def _run_public(self, q: PublicQuery) -> Result:
@@ -485,6 +547,7 @@ class Session:
             params["subset_selection"] = {"population": subset.population, "surcharge": recon.surcharge}
         b = self.budget
         rho_q = accounting.decimal_up(charged.rho)
+        after: list[Spending] = []          # the spending the charge's own transaction left
 
         def charge() -> None:
             """Charge first: called by the engine inside the query's transaction, after the schema
@@ -493,10 +556,10 @@ class Session:
             if self._cancelled.is_set():
                 raise QueryCanceled("canceling statement due to user request: the query was cancelled")
             try:
-                self.ledger.charge(self.analyst, charged.epsilon, charged.delta, epsilon_total=b.epsilon,
-                                   delta_total=b.delta, mechanism=plan.mechanism, params=params, query=plan.text,
-                                   subset=subset, rho=rho_q, zcdp_delta=charged.zcdp_delta,
-                                   accountant=b.accountant)
+                after.append(self.ledger.charge_with_spending(
+                    self.analyst, charged.epsilon, charged.delta, epsilon_total=b.epsilon, delta_total=b.delta,
+                    mechanism=plan.mechanism, params=params, query=plan.text, subset=subset, rho=rho_q,
+                    zcdp_delta=charged.zcdp_delta, accountant=b.accountant)[1])
             except (QueryRejected, BudgetExhausted) as err:
                 if subset is not None:
                     self._audit("subset_refused", plan, charged=charged, subset=subset, reason=err.sqlstate)
@@ -511,7 +574,7 @@ class Session:
         if self._cancelled.is_set():
             raise QueryCanceled("canceling statement due to user request: the query was cancelled")
         table = self._noise(plan, rows.rows, mechs, sel)
-        spending = self.spending()
+        spending = after[0]
         db_types = self._db_types(plan)
         accuracy = postprocess.through([self._accuracy(o, mechs) for o in plan.outputs], plan.wraps)
         accuracy = _widest(accuracy, table.widths)
@@ -1206,6 +1269,7 @@ class Backend:
         self.target = target
         self.engine = open_engine(target, sources=path_sources(self.policy), **engine_options)
         self._lock = threading.Lock()
+        self.plans = PlanCache(_SHARED_PLAN_CACHE)     # shared by the sessions (keys carry the analyst)
         try:
             self.schema = read_schema(self.policy, self.engine)
         except BaseException:
@@ -1219,7 +1283,7 @@ class Backend:
             engine = clone() if clone is not None else self.engine
         try:
             return Session(engine, self.policy, analyst, rng=rng, own_engine=clone is not None,
-                           schema=self.schema, on_schema=self._schema_read)
+                           schema=self.schema, on_schema=self._schema_read, plans=self.plans)
         except BaseException:
             if clone is not None:
                 engine.close()

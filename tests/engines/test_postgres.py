@@ -10,7 +10,7 @@ import pytest
 
 import dpsql
 from dpsql.engines.base import open_engine
-from dpsql.engines.postgres import PostgresEngine, _bind
+from dpsql.engines.postgres import PostgresEngine, _bind, _bound
 from dpsql.errors import EngineError, InterfaceError, QueryCanceled
 
 # -- parameters: no database needed
@@ -29,6 +29,7 @@ from dpsql.errors import EngineError, InterfaceError, QueryCanceled
 ])
 def test_bind_escapes_every_percent_but_the_parameters(sql, want):
     assert _bind(sql, {"salt": 1}) == want
+    assert _bound(sql, frozenset({"salt"})) == want == _bound(sql, frozenset({"salt"}))     # kept, the same
 
 
 # -- on the server
@@ -274,3 +275,71 @@ def test_sums_are_bigint_only_where_the_bounds_prove_it_fits(pg, tmp_path, upper
     finally:
         with psycopg.connect(pg, autocommit=True) as admin:
             admin.execute("DROP TABLE IF EXISTS wide")
+
+
+def test_the_transaction_and_its_locks_end_with_the_query(pg, engine):
+    """After a query the connection is idle and the transaction's ACCESS SHARE locks are gone (DDL
+    is not held up), after a failed query as after a good one."""
+    from psycopg.pq import TransactionStatus
+    expect = engine.facts(["people"])
+    for sql, fails in [("SELECT COUNT(*) FROM people", False), ("SELECT CAST(state AS INT) FROM people", True)]:
+        if fails:
+            with pytest.raises(EngineError):
+                engine.run(sql, expect=expect)
+        else:
+            assert engine.run(sql, expect=expect).rows[0][0] > 0
+        assert engine._con.info.transaction_status == TransactionStatus.IDLE
+        with psycopg.connect(pg) as other:
+            other.execute("SET lock_timeout = '2s'")
+            other.execute("LOCK TABLE people IN ACCESS EXCLUSIVE MODE")     # raises if a lock were left
+            other.rollback()
+    assert engine.run("SELECT 3").rows == [(3,)]
+
+
+def test_prepared_facts_see_every_change_and_stay_on_dpsql_own_connections(pg):
+    """The facts query of a relation set is prepared once on a connection dpsql opened (no parameters:
+    one generic plan, reused); run many times, it still sees a change committed before the query's
+    LOCK. A connection passed in by its owner is left without prepared statements."""
+    from dpsql.errors import SchemaChanged
+    with psycopg.connect(pg, autocommit=True) as admin:
+        admin.execute("DROP TABLE IF EXISTS eng.drift")
+        admin.execute("CREATE TABLE eng.drift (id bigint PRIMARY KEY, v int NOT NULL)")
+    own = PostgresEngine(pg)
+    try:
+        facts = own.facts(["eng.drift"])
+        assert facts["eng.drift"].unique == {"id"} and facts["eng.drift"].not_null == {"id", "v"}
+        called = []
+        for _ in range(8):                       # custom plans first, then the generic one
+            assert own.run("SELECT COUNT(*) FROM eng.drift", expect=facts, before=lambda: called.append(1)).rows
+        prepared = own._con.execute("SELECT name, generic_plans, custom_plans FROM pg_prepared_statements "
+                                    "WHERE name LIKE 'dpsql%'").fetchall()
+        assert prepared == [("dpsql_facts_0", 8, 0)]          # planned once, reused
+        with psycopg.connect(pg, autocommit=True) as admin:
+            admin.execute("ALTER TABLE eng.drift ALTER COLUMN v DROP NOT NULL")
+        with pytest.raises(SchemaChanged):
+            own.run("SELECT COUNT(*) FROM eng.drift", expect=facts, before=lambda: called.append(2))
+        assert called == [1] * 8
+    finally:
+        own.close()
+    with psycopg.connect(pg, autocommit=True) as theirs:
+        e = PostgresEngine(theirs)
+        assert e.run("SELECT COUNT(*) FROM people", expect=e.facts(["people"])).rows[0][0] > 0
+        assert theirs.execute("SELECT COUNT(*) FROM pg_prepared_statements").fetchone()[0] == 0
+
+
+def test_prepared_facts_are_bounded(pg):
+    """When the engine forgets its composed texts (256 relation sets), it deallocates their statements."""
+    e = PostgresEngine(pg)
+    try:
+        names = lambda: sorted(r[0] for r in e._con.execute("SELECT name FROM pg_prepared_statements "   # noqa: E731
+                                                             "WHERE name LIKE 'dpsql%'").fetchall())
+        people, uq = e.facts(["people"]), e.facts(["eng.uq"])
+        e.run("SELECT COUNT(*) FROM people", expect=people)
+        assert names() == ["dpsql_facts_0"]
+        e._begin_texts.update({("dummy", i): "" for i in range(255)})
+        e.run("SELECT COUNT(*) FROM eng.uq", expect=uq)                  # the 257th: all forgotten first
+        assert names() == ["dpsql_facts_0"] and len(e._begin_texts) == 1
+        assert e.run("SELECT COUNT(*) FROM people", expect=people).rows[0][0] > 0
+        assert names() == ["dpsql_facts_0", "dpsql_facts_1"]
+    finally:
+        e.close()

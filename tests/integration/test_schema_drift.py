@@ -96,7 +96,7 @@ def test_every_fact_is_checked_in_the_query_transaction(pg_db, tmp_path):
 
     with dpsql.connect(pg_db, policy=_policy(tmp_path), analyst="a") as conn:
         session = conn.session
-        original = session.ledger.charge
+        original = session.ledger.charge_with_spending
 
         def charge(*a, **kw):        # runs inside the transaction, after the check
             with psycopg.connect(pg_db, autocommit=True) as admin:
@@ -107,11 +107,11 @@ def test_every_fact_is_checked_in_the_query_transaction(pg_db, tmp_path):
                     blocked.append(True)
             return original(*a, **kw)
 
-        session.ledger.charge = charge
+        session.ledger.charge_with_spending = charge
         cur = conn.cursor()
         cur.execute("SELECT COUNT(*) FROM people_pk")
         assert blocked == [True]
-        session.ledger.charge = original
+        session.ledger.charge_with_spending = original
         cur.execute("SELECT COUNT(*) FROM people_pk")      # the key still stands: no retry needed
         assert session.schema.unique_units == frozenset({"people_pk"})
 

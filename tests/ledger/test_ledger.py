@@ -49,6 +49,36 @@ def test_charge_and_spending(ledger):
     assert spent(ledger, "bob").epsilon_spent == 0.0
 
 
+@pytest.mark.parametrize("accountant", ["basic", "zcdp"])
+def test_charge_with_spending_is_what_a_read_after_it_gives(tmp_path, accountant):
+    """The spending a charge returns (from its own transaction) equals the ledger read right after
+    it, under both accountants, one charger or many at once (batched: each sees the charges
+    before it in the batch, its own included, and none after)."""
+    with Ledger(tmp_path / "ledger.sqlite") as led:
+        for eps in (0.1, 0.2, 0.05):
+            _, got = led.charge_with_spending("ann", eps, 1e-8, accountant=accountant, **(BUDGET | LAPLACE))
+            assert got == led.spending("ann", accountant=accountant, **BUDGET)
+        results: list = []
+        barrier = threading.Barrier(8)
+
+        def one(i: int) -> None:
+            with Ledger(tmp_path / "ledger.sqlite") as own:
+                barrier.wait()
+                results.append(own.charge_with_spending("ann", 0.01 * (i + 1), 0.0, accountant=accountant,
+                                                        **(BUDGET | LAPLACE)))
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        final = led.spending("ann", accountant=accountant, **BUDGET)
+        assert len(results) == 8
+        last = max(results, key=lambda r: r[0])[1]          # the latest charge's view is the final one
+        assert last == final
+        ordered = [sp.rho_spent for _, sp in sorted(results, key=lambda r: r[0])]
+        assert ordered == sorted(ordered) and len(set(ordered)) == 8    # each saw exactly those before it
+
+
 def test_six_halves_fit_three_and_the_seventh_is_refused(ledger):
     ids = [charge(ledger, epsilon=0.5) for _ in range(6)]
     assert len(set(ids)) == 6
