@@ -101,13 +101,14 @@ def plan_topk(plan: QueryPlan, epsilon: float, delta: float, mechanism: str) -> 
     if len(plan.order) != 1:
         raise _refuse("ORDER BY with more than one item", "the selection ranks by one aggregate only",
                       "ORDER BY the aggregate alone")
+    if plan.quantiles or plan.distincts or len(plan.measures) != 1:
+        raise _refuse("more than one aggregate, or AVG, a quantile or COUNT(DISTINCT col)", "the selection "
+                      "scores keys by one COUNT or SUM, and the query may release only that aggregate",
+                      "rank by COUNT(*) or SUM(column) and drop the other aggregates")
     expr, desc, _ = plan.order[0]
     if expr[0] != "ref":
         raise _refuse("ORDER BY an expression", "the selection ranks by one COUNT or SUM itself, "
                       "not by arithmetic of aggregates", "ORDER BY the aggregate alone")
-    if plan.quantiles or plan.distincts or len(plan.measures) != 1:
-        raise _refuse("more than one aggregate", "the selection scores keys by one COUNT or SUM, and the "
-                      "query may release only that aggregate", "drop the other aggregates")
     m = plan.measures[0]
     if m.name != expr[1] or m.kind not in ("count", "sum") or m.centered or m.squared or m.sample is not None:
         raise _refuse(f"ORDER BY {m.label or 'this aggregate'}", "the selection scores keys by a COUNT or a "
