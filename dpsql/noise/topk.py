@@ -70,7 +70,8 @@ over the k peels): `score_gap`.
 Assumes: SecureRng (or a seeded Rng in tests); the scores are the bounded aggregates above.
 Source: McSherry & Talwar 2007; Dwork & Roth 2014 Thms 3.10-3.11; Durfee & Rogers 2019; Cesar &
 Rogers 2021; Canonne, Kamath & Steinke 2020.
-Test: tests/noise/test_topk.py, tests/stats/test_topk_neighbours.py.
+Test: tests/noise/test_topk_mechanism.py, tests/stats/test_topk_neighbours.py, tests/analysis/test_topk_analysis.py,
+tests/integration/test_topk.py.
 """
 from __future__ import annotations
 
