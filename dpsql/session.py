@@ -593,8 +593,10 @@ class Session:
 
     # -- the reconstruction defence: surcharge, cap, cache, audit (dpsql.analysis.reconstruction, dpsql.guard)
     def _answer_key(self, plan: QueryPlan) -> str:
+        # a top-k selection answers the same text differently from the histogram: its own key
+        mechanism = plan.mechanism + ("+noisy_max" if plan.topk is not None else "")
         return answer_key(str(getattr(self.engine, "name", type(self.engine).__name__)), plan.text,
-                          plan.cost.epsilon, plan.cost.delta, plan.mechanism)
+                          plan.cost.epsilon, plan.cost.delta, mechanism)
 
     def _charge_of(self, plan: QueryPlan) -> tuple[Cost, float, SubsetCharge | None]:
         """What a query is charged: its cost, plus the policy's surcharge (a fraction of its epsilon,

@@ -26,10 +26,10 @@ MARGIN = 40        # the smallest gap between the true top-k scores and the rest
 def topk(tmp_path, target):
     opened = []
 
-    def open_(epsilon: float = 1.0, **budget):
+    def open_(epsilon: float = 1.0, cache: int = 0, **budget):
         pol = policy_for(tmp_path, epsilon=1e6)
         pol["budget"].update(budget)
-        pol["reconstruction"] = {"cache_lifetime": 0}
+        pol["reconstruction"] = {"cache_lifetime": cache}
         c = dpsql.connect(target, policy=pol, analyst="a")
         cur = c.cursor()
         cur.execute("SET dpsql.topk = 'noisy_max'")
@@ -172,3 +172,18 @@ def test_zcdp_charge_and_rho_calibration(topk):
     before = conn.session.spending().rho_spent
     cur.execute("SELECT state FROM people GROUP BY state ORDER BY COUNT(*) DESC LIMIT 3")
     assert conn.session.spending().rho_spent - before == pytest.approx(0.5, rel=1e-5)
+
+
+def test_the_answer_cache_keeps_top_k_and_histogram_apart(topk):
+    """The reconstruction defence's cache repeats an identical earlier answer for free; a top-k and a
+    histogram of the same text are different answers."""
+    conn = topk(1.0, cache=3600)
+    cur = conn.cursor()
+    sql = "SELECT state, COUNT(*) AS n FROM people GROUP BY state ORDER BY n DESC LIMIT 2"
+    cur.execute(sql)
+    first = cur.fetchall()
+    cur.execute(sql)
+    assert conn.session.spending().epsilon_spent == pytest.approx(1.0) and cur.fetchall() == first
+    cur.execute("SET dpsql.topk = off")
+    cur.execute(sql)
+    assert conn.session.spending().epsilon_spent == pytest.approx(2.0)
