@@ -22,7 +22,7 @@ score sensitivity is Linf, not L0 * Linf, which is why this is cheaper than the 
 Refused (QueryRejected, never answered another way while the setting is on): a key without a public
 domain, ORDER BY of more than one item or of an expression of the aggregate, more than one
 aggregate (or AVG, quantiles, COUNT(DISTINCT col)), OFFSET, HAVING, LIMIT 0, k larger than the
-public domain, bounds = "auto", and an outer query (a BI tool's wrapper) that orders and cuts
+public domain, k times the domain's size above MAX_WORK, bounds = "auto", and an outer query (a BI tool's wrapper) that orders and cuts
 noisy values (write the top-k in the grouped query itself). Queries without LIMIT, or without an
 aggregate in ORDER BY, have nothing to select and are answered as usual.
 """
@@ -38,6 +38,9 @@ from dpsql.errors import QueryRejected
 SETTING_VALUES = ("off", "noisy_max")
 SELECT_SHARE = Fraction(1, 2)     # of the query's epsilon, to the selection when values are released too
 TARGET = "_topk"                  # the selection's NoiseSpec target
+# k x the domain's size at most: the exact sampler's expected proposals are at most that (dpsql.noise.topk),
+# each a few CSPRNG reads (about 10-40 microseconds on a loaded machine): a few seconds at worst
+MAX_WORK = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +122,10 @@ def plan_topk(plan: QueryPlan, epsilon: float, delta: float, mechanism: str) -> 
     if size is None or k > size:
         raise _refuse(f"LIMIT {k}", f"k is larger than the public domain ({size} keys)",
                       "LIMIT at most the number of keys")
+    if k * size > MAX_WORK:
+        raise _refuse(f"LIMIT {k} over {size} keys", f"the exact sampler proposes up to k x the domain's size "
+                      f"keys (more than {MAX_WORK:,} here), too slow to run per query",
+                      "a smaller k or a coarser key (a bucket or CASE expression)")
     linf = sens.per_group_bound(m, plan.rows_per_unit if plan.bounded else 1)
     if linf <= 0:
         raise _refuse(f"ORDER BY {m.label}", "the aggregate cannot vary (its bounds are 0), so there is "

@@ -82,7 +82,7 @@ from typing import Sequence
 
 from dpsql.errors import InvalidSetting
 from dpsql.noise.rng import Rng, SecureRng
-from dpsql.noise.samplers import bernoulli_exp
+from dpsql.noise.samplers import _bernoulli_exp    # exact Bernoulli(exp(-num/den)) on integers
 
 __all__ = ["NoisyTopK"]
 
@@ -157,16 +157,18 @@ class NoisyTopK:
         if len(scores) != self.candidates:
             raise InvalidSetting("noisy_max: one score per candidate is needed")
         u = [Fraction(s) for s in scores]
-        num, den = self._c.numerator, self._c.denominator
+        # integers on a common denominator: gamma_i = c * (top - u_i) = num * (TOP - U_i) / den, exactly
+        common = math.lcm(*(x.denominator for x in u))
+        big = [x.numerator * (common // x.denominator) for x in u]
+        num, den = self._c.numerator, self._c.denominator * common
         left = list(range(len(u)))
         out = []
         for _ in range(self.k):
-            top = max(u[i] for i in left)
+            top = max(big[i] for i in left)
             while True:
                 j = rng.randbelow(len(left))
                 i = left[j]
-                gap = top - u[i]
-                if bernoulli_exp(Fraction(num * gap.numerator, den * gap.denominator), rng):
+                if _bernoulli_exp(num * (top - big[i]), den, rng):
                     break
             out.append(i)
             left[j] = left[-1]       # remove i (order of `left` is irrelevant: proposals are uniform)

@@ -105,6 +105,20 @@ def test_refused_shapes_say_why(sql, reason):
     assert reason in str(err.value) and "top-k" in str(err.value)
 
 
+def test_k_times_a_large_domain_is_refused():
+    """A public table with 50,000 regions: 2 x 50,000 is at the cap, 3 x 50,000 above it."""
+    many = tuple(f"r{i:05d}" for i in range(50_000))
+    sql = ("SELECT r.region, COUNT(*) AS n FROM people p JOIN regions r ON p.state = r.state "
+           "GROUP BY r.region ORDER BY n DESC LIMIT {}")
+
+    def plan(k):
+        return analyze(classify(sql.format(k)).tree, _policy("demo"), SCHEMA, SETTINGS, "duckdb",
+                       lambda table, column: many)
+    assert plan_topk(plan(2), 1.0, 0.0, "laplace").topk.candidates == 50_000
+    with pytest.raises(QueryRejected, match="too slow"):
+        plan_topk(plan(3), 1.0, 0.0, "laplace")
+
+
 @pytest.mark.parametrize("sql", [
     "SELECT state, COUNT(*) AS n FROM visits GROUP BY state ORDER BY n DESC",      # no LIMIT: nothing to select
     "SELECT state, COUNT(*) AS n FROM visits GROUP BY state ORDER BY state LIMIT 3",   # keys only
