@@ -26,6 +26,7 @@ import pytest
 
 from dpsql.analysis.topk import TARGET
 from dpsql.noise.topk import NoisyTopK
+from dpsql.rewrite import SALT, to_sql
 from tests.stats.test_neighbours import (  # noqa: F401 (fixtures)
     N_PILOT,
     STATES,
@@ -128,3 +129,21 @@ def test_the_value_column_keeps_its_own_noise(databases, open_session):  # noqa:
     spec = next(s for s in rel.plan.noise if s.target != TARGET)
     assert all(w[1] == pytest.approx(rel.mechs[spec.target].half_width()) for w in table.widths)
     assert replace(rel.plan.topk, values=False) != rel.plan.topk and rel.plan.topk.values
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_fast_path_is_the_shipped_release(name, databases, open_session):  # noqa: F811
+    """Same seed: Session.execute (with SET dpsql.topk) and the cached-engine path used above
+    release identical tables, so the inequality is tested on what ships."""
+    shape, seed = SHAPES[name], _seed("topk-fast-" + name)
+    shipped = open_session(databases["D"], seed, shape, threads=1)
+    ours = open_session(databases["D"], seed, shape, threads=1)
+    plan = ours.plan(shape.sql)
+    assert plan.topk is not None
+    text = to_sql(plan, ours.engine.dialect)
+    mechs, sel = ours._mechanisms(plan)
+    for _ in range(3):
+        want = shipped.execute(shape.sql)
+        bind = {SALT: ours.rng.randbits(63)} if plan.group_choice else None
+        got = ours._noise(plan, ours.engine.run(text, bind).rows, mechs, sel)
+        assert got.columns == want.columns and got.rows == want.rows
