@@ -972,8 +972,8 @@ class Session:
         "dpsql.plan_queries": "EXPLAIN DP also plans a series of this many such queries (0: off)",
         "dpsql.intervals": "on: each noisy column c is followed by c_low and c_high, its 95% interval",
         "dpsql.round": "on: noisy counts as whole numbers, negative ones clamped to 0 (post-processing)",
-        "dpsql.topk": "noisy_max: GROUP BY ... ORDER BY an aggregate LIMIT k releases the top k keys chosen by "
-                      "report-noisy-max (cheaper than every group's value), off: every group's value",
+        "dpsql.topk": "noisy_max: GROUP BY ... ORDER BY COUNT/SUM LIMIT k releases the top k keys chosen by "
+                      "report-noisy-max (scores at the per-group sensitivity), off: every group's noisy value",
         "dpsql.accountant": "how the budget is kept: zcdp or basic (fixed by the policy)",
         "dpsql.analyst": "whose budget is charged (fixed at login)",
     }
