@@ -113,6 +113,7 @@ class Result:
     # whose number of suppressed groups is not released (it depends on the data: the argument is
     # in Session._present). Always None for results that are not private.
     suppressed: int | None = None
+    topk: str = ""                        # SET dpsql.topk: how the released keys were chosen, for the status line
 
     @property
     def status(self) -> str:
@@ -133,7 +134,7 @@ class Result:
         return (f"epsilon charged {self.cost.epsilon:g}" + extra
                 + (f", delta {self.cost.delta:g}" if self.cost.delta else "")
                 + f"; remaining epsilon {s.epsilon_remaining:g}, delta {s.delta_remaining:g}"
-                + self._suppressed_note())
+                + self._suppressed_note() + self.topk)
 
     def _suppressed_note(self) -> str:
         """The status line's word on groups partition selection removed: how many when that is a
@@ -158,7 +159,8 @@ class Result:
         part = f", delta {c.zcdp_delta:g} (partition selection)" if c.zcdp_delta else ""
         cut = (f"; {self.truncated} more released groups were cut by the policy's max_released_rows "
                "(add LIMIT or narrow the query)" if self.truncated else "")
-        return f"rho charged {float(c.rho or 0):.4g}{part} ({alone}{extra}){cut}; {left}" + self._suppressed_note()
+        return (f"rho charged {float(c.rho or 0):.4g}{part} ({alone}{extra}){cut}; {left}" + self._suppressed_note()
+                + self.topk)
 
 
 class Session:
@@ -302,6 +304,10 @@ class Session:
         # some groups may have been suppressed. (Releasing it would need a noisy count of
         # candidates, charged like any other measure.)
         r.suppressed = None if plan.selection is not None else 0
+        t = plan.topk
+        if t is not None and not r.cached:
+            r.topk = (f"; the rows are the {'top' if t.desc else 'bottom'} {t.k} of {t.candidates} keys chosen by "
+                      "report-noisy-max, in its rank order (SET dpsql.topk)")
         return r
 
     @staticmethod

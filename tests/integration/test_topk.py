@@ -67,6 +67,7 @@ def test_top_two_states_by_count_with_fresh_values(target, people_db, topk):
     for (key, v), (_, n) in zip(rows, truth[:2]):
         assert abs(v - n) <= 10 * acc[1].ci95        # 30 Laplace scales: e^-30 per value
     assert conn.session.spending().epsilon_spent == pytest.approx(4.0)
+    assert "top 2 of 8 keys chosen by report-noisy-max" in cur.statusmessage
 
 
 def test_bottom_one_education_by_count(people_db, topk):
