@@ -14,8 +14,8 @@ exp(c * u_i), where
 (ORDER BY ... ASC, the bottom k, uses u_i = -aggregate: the same mechanism.) Peeling is the same
 distribution as the one-shot top-k of the scores plus independent Gumbel(1/c) noise (Durfee &
 Rogers, "Practical Differentially Private Top-k Selection with Pay-what-you-get Composition",
-NeurIPS 2019, Section 4: one-shot Gumbel top-k and peeling the exponential mechanism have
-identical output distributions); we sample the peeling form, because each peel can be sampled
+NeurIPS 2019, Section 4.1 "Exponential Mechanism and Gumbel Noise": one-shot Gumbel top-k and
+peeling the exponential mechanism have identical output distributions); we sample the peeling form, because each peel can be sampled
 exactly (below), where the Gumbel form would need floating-point logarithms.
 
 Sensitivity. Delta is the per-group L-infinity bound of the aggregate after bounding
@@ -47,7 +47,7 @@ epsilon. (3) zCDP: write p(i) = exp(c u_i) / Z. For any two candidates i, j,
 log(p_D(i)/p_D'(i)) - log(p_D(j)/p_D'(j)) = c[(u_i(D) - u_i(D')) - (u_j(D) - u_j(D'))], at most
 2 Delta c = eps_step in general, and at most Delta c = eps_step when the scores are monotone (both
 differences have the same sign and absolute value <= Delta). So each peel is eps_step-bounded range
-(Durfee & Rogers 2019, the bounded-range definition and its exponential-mechanism example), and an
+(Durfee & Rogers 2019, Section 4.2 "Bounded Range Composition"), and an
 eps-bounded-range mechanism is (eps^2 / 8)-zCDP (Cesar & Rogers, "Bounding, Concentrating, and
 Truncating: Unifying Privacy Loss Composition for Data Analytics", ALT 2021, Lemma 3.2). zCDP
 composes adaptively over the k peels: rho = k * eps_step^2 / 8 = epsilon^2 / (8 k). We charge
