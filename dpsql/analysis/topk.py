@@ -22,8 +22,8 @@ score sensitivity is Linf, not L0 * Linf, which is why this is cheaper than the 
 Refused (QueryRejected, never answered another way while the setting is on): a key without a public
 domain, ORDER BY of more than one item or of an expression of the aggregate, more than one
 aggregate (or AVG, quantiles, COUNT(DISTINCT col)), OFFSET, HAVING, LIMIT 0, k larger than the
-public domain, k times the domain's size above MAX_WORK, bounds = "auto", and an outer query (a BI tool's wrapper) that orders and cuts
-noisy values (write the top-k in the grouped query itself). Queries without LIMIT, or without an
+public domain, k times the domain's size above MAX_WORK, bounds = "auto", and an outer query (a BI
+tool's wrapper) that orders and cuts noisy values (write the top-k in the grouped query itself). Queries without LIMIT, or without an
 aggregate in ORDER BY, have nothing to select and are answered as usual.
 """
 from __future__ import annotations

@@ -15,8 +15,9 @@ exp(c * u_i), where
 distribution as the one-shot top-k of the scores plus independent Gumbel(1/c) noise (Durfee &
 Rogers, "Practical Differentially Private Top-k Selection with Pay-what-you-get Composition",
 NeurIPS 2019, Section 4.1 "Exponential Mechanism and Gumbel Noise": one-shot Gumbel top-k and
-peeling the exponential mechanism have identical output distributions); we sample the peeling form, because each peel can be sampled
-exactly (below), where the Gumbel form would need floating-point logarithms.
+peeling the exponential mechanism have identical output distributions); we sample the peeling
+form, because each peel can be sampled exactly (below), where the Gumbel form would need
+floating-point logarithms.
 
 Sensitivity. Delta is the per-group L-infinity bound of the aggregate after bounding
 (dpsql.analysis.sensitivity.per_group_bound): 1 for COUNT(*) with max_rows_per_unit 1,
@@ -55,14 +56,16 @@ exactly that rho (a Fraction), and epsilon under the basic accountant. (Durfee &
 (epsilon, delta) bound for one-shot top-k is not used: the zCDP ledger's conversion already gets
 the sqrt(k) behaviour.)
 Floating point: none in the choice. epsilon is a float's exact rational, Delta a Fraction, the
-scores exact integers or Decimals turned into Fractions, so every exponent
-gamma_i = c * (max_R u - u_i) >= 0 is an exact Fraction. Each peel draws by rejection: propose i
+scores exact integers or Decimals turned into Fractions and then integers on their common
+denominator, so every exponent gamma_i = c * (max_R u - u_i) >= 0 is an exact ratio of integers.
+Each peel draws by rejection: propose i
 uniformly in R (rng.randbelow), accept with probability exp(-gamma_i) by the exact Bernoulli(exp(-g))
 sampler of Canonne, Kamath & Steinke 2020 (Alg. 1, dpsql.noise.samplers). Accepted draws have
 exactly P(i) proportional to exp(c u_i) on R; the best key is accepted with probability 1, so the
 expected number of proposals is at most |R| per peel.
-Running time: at most k * D expected proposals (microseconds each); it depends on the data like
-the engine's own run time and is covered by the release-time quantum ([timing]), as for quantiles
+Running time: at most k * D expected proposals (a few CSPRNG reads each, 10-40 microseconds);
+dpsql.analysis.topk refuses k * D above MAX_WORK (100,000). It depends on the data like the
+engine's own run time and is covered by the release-time quantum ([timing]), as for quantiles
 (dpsql.noise.exponential).
 Accuracy: with probability >= 1 - beta, each peel's key has a score within
 (ln |R| + ln(k / beta)) / c of the best remaining score (Dwork & Roth 2014, Thm 3.11, union bound
@@ -70,8 +73,8 @@ over the k peels): `score_gap`.
 Assumes: SecureRng (or a seeded Rng in tests); the scores are the bounded aggregates above.
 Source: McSherry & Talwar 2007; Dwork & Roth 2014 Thms 3.10-3.11; Durfee & Rogers 2019; Cesar &
 Rogers 2021; Canonne, Kamath & Steinke 2020.
-Test: tests/noise/test_topk_mechanism.py, tests/stats/test_topk_neighbours.py, tests/analysis/test_topk_analysis.py,
-tests/integration/test_topk.py.
+Test: tests/noise/test_topk_mechanism.py, tests/stats/test_topk_neighbours.py,
+tests/analysis/test_topk_analysis.py, tests/integration/test_topk.py.
 """
 from __future__ import annotations
 
