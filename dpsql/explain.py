@@ -23,6 +23,7 @@ from typing import Any
 
 from dpsql.accounting import Plan
 from dpsql.analysis.plan import QueryPlan
+from dpsql.analysis.topk import TARGET
 from dpsql.cost import Cost
 
 COLUMNS = ("item", "aggregate", "mechanism", "sensitivity", "epsilon", "delta", "noise_scale",
@@ -99,12 +100,20 @@ def private_rows(plan: QueryPlan, sql: str, mechs: dict, sel: Any, *, charged: C
     the budget leaves, a planned series, cache, bounding, subset classification and series, and
     the rewritten SQL."""
     rows = []
-    for m, spec in zip(plan.measures, plan.noise):
-        mech = mechs[m.name]
+    specs = {spec.target: spec for spec in plan.noise}
+    top = plan.topk
+    rows += _topk_rows(plan, mechs, specs)
+    for m in plan.measures:
+        if m.name not in specs:     # top-k scores only, value not released
+            continue
+        spec, mech = specs[m.name], mechs[m.name]
+        groups = (f"min(k = {top.k}, {plan.l0} group(s) per unit) of the selected keys" if top is not None
+                  else f"{plan.l0} group(s) per unit")
         rows.append(("value", m.label, mech.name, spec.sensitivity, spec.epsilon, spec.delta,
                      mech.scale, mech.half_width(),
-                     f"{'L1' if spec.mechanism == 'laplace' else 'L2'} sensitivity = "
-                     f"{plan.l0} group(s) per unit x {spec.linf:g} per group"
+                     (f"measured afresh on the {top.k} selected keys only; " if top is not None else "")
+                     + f"{'L1' if spec.mechanism == 'laplace' else 'L2'} sensitivity = "
+                     f"{groups} x {spec.linf:g} per group"
                      + (f"; {m.derived}" if m.sample is not None
                         else f"; the expression's derived {m.derived}" if m.derived else ""), float(mech.rho)))
     rows += _quantile_rows(plan, mechs)
@@ -116,6 +125,9 @@ def private_rows(plan: QueryPlan, sql: str, mechs: dict, sel: Any, *, charged: C
                      f"(its delta is charged outside zCDP)", float(sel.rho)))
     outputs = ", ".join(f"{o.name} = {o.text}" for o in plan.outputs)
     split = len(plan.noise) + (1 if sel is not None else 0)
+    how = (f"epsilon split evenly over {split} noisy part(s)" if top is None or split == 1 else
+           f"epsilon split {top.epsilon:g} to the top-{top.k} selection, "
+           f"{charged.epsilon - surcharge - top.epsilon:g} to the values of the selected keys")
     if surcharge:
         rows.append(("surcharge", "selects people by identity", None, None, surcharge, 0.0, None, None,
                      f"[reconstruction] surcharge {recon.surcharge:g} x epsilon {plan.cost.epsilon:g} "
@@ -125,7 +137,7 @@ def private_rows(plan: QueryPlan, sql: str, mechs: dict, sel: Any, *, charged: C
                      "the policy charges every query at least min_rho (it bounds how many answers a budget "
                      "buys): charged, adds no noise", float(charged.rho)))
     rows.append(("charge", "total", plan.mechanism, None, charged.epsilon, charged.delta, None, None,
-                 f"epsilon split evenly over {split} noisy part(s); outputs: {outputs}; "
+                 f"{how}; outputs: {outputs}; "
                  f"zCDP cost rho {float(charged.rho):.6g}"
                  + (f" and delta {charged.zcdp_delta:g} outside zCDP" if charged.zcdp_delta else ""),
                  float(charged.rho)))
@@ -151,6 +163,20 @@ def private_rows(plan: QueryPlan, sql: str, mechs: dict, sel: Any, *, charged: C
                            f"quer{'y' if left == 1 else 'ies'} allowed ({why})"))
     rows.append(("rewritten_sql", None, None, None, None, None, None, None, sql))
     return [_pad(r) for r in rows]
+
+
+def _topk_rows(plan: QueryPlan, mechs: dict, specs: dict) -> list[tuple]:
+    """SET dpsql.topk = 'noisy_max' (dpsql.noise.topk): the selection's row: k, the score's per-group
+    sensitivity (not times the groups per unit), epsilon over the k peels, the temperature, the 95%
+    score gap and rho."""
+    t = plan.topk
+    if t is None:
+        return []
+    mech, spec = mechs[TARGET], specs[TARGET]
+    return [("topk", t.label, mech.name, float(t.sensitivity), spec.epsilon, 0.0, mech.scale, mech.half_width(),
+             f"report-noisy-max: {t.describe()}; rho = epsilon^2/(8k); 95%: each chosen key's score is within "
+             f"{mech.half_width():.4g} of the best left at its peel; keys are released without a half-width"
+             + ("" if t.values else "; the aggregate's value is not released"), float(mech.rho))]
 
 
 def _quantile_rows(plan: QueryPlan, mechs: dict) -> list[tuple]:

@@ -30,6 +30,7 @@ from typing import Any, Self
 
 from dpsql import accounting, explain, postprocess
 from dpsql.analysis import auto_bounds
+from dpsql.analysis import topk as topk_plan
 from dpsql.analysis.analyze import (
     PublicQuery,
     Schema,
@@ -59,6 +60,7 @@ from dpsql.ledger import Ledger, Spending, SubsetCharge
 from dpsql.noise import SecureRng, make_mechanism
 from dpsql.noise.exponential import QuantileEM
 from dpsql.noise.mechanisms import epsilon_for_rho
+from dpsql.noise.topk import NoisyTopK
 from dpsql.policy import MECHANISMS, Policy, load_policy
 from dpsql.rewrite import SALT, to_sql
 from dpsql.rewrite.quantiles import histograms as quantile_histograms
@@ -163,6 +165,7 @@ class Result:
     # whose number of suppressed groups is not released (it depends on the data: the argument is
     # in Session._present). Always None for results that are not private.
     suppressed: int | None = None
+    topk: str = ""                        # SET dpsql.topk: how the released keys were chosen, for the status line
 
     @property
     def status(self) -> str:
@@ -183,7 +186,7 @@ class Result:
         return (f"epsilon charged {self.cost.epsilon:g}" + extra
                 + (f", delta {self.cost.delta:g}" if self.cost.delta else "")
                 + f"; remaining epsilon {s.epsilon_remaining:g}, delta {s.delta_remaining:g}"
-                + self._suppressed_note())
+                + self._suppressed_note() + self.topk)
 
     def _suppressed_note(self) -> str:
         """The status line's word on groups partition selection removed: how many when that is a
@@ -208,7 +211,8 @@ class Result:
         part = f", delta {c.zcdp_delta:g} (partition selection)" if c.zcdp_delta else ""
         cut = (f"; {self.truncated} more released groups were cut by the policy's max_released_rows "
                "(add LIMIT or narrow the query)" if self.truncated else "")
-        return f"rho charged {float(c.rho or 0):.4g}{part} ({alone}{extra}){cut}; {left}" + self._suppressed_note()
+        return (f"rho charged {float(c.rho or 0):.4g}{part} ({alone}{extra}){cut}; {left}" + self._suppressed_note()
+                + self.topk)
 
 
 class Session:
@@ -239,6 +243,7 @@ class Session:
         self.plan_queries = 0               # SET dpsql.plan_queries: EXPLAIN DP compares k such queries
         self.intervals = False              # SET dpsql.intervals: <col>_low, <col>_high after noisy columns
         self.round = False                  # SET dpsql.round: counts as whole numbers, at least 0
+        self.topk = "off"                   # SET dpsql.topk: 'noisy_max' answers ORDER BY agg LIMIT k by selection
 
     @staticmethod
     def demo() -> tuple[Path, Path, str]:
@@ -358,6 +363,10 @@ class Session:
         # some groups may have been suppressed. (Releasing it would need a noisy count of
         # candidates, charged like any other measure.)
         r.suppressed = None if plan.selection is not None else 0
+        t = plan.topk
+        if t is not None and not r.cached:
+            r.topk = (f"; the rows are the {'top' if t.desc else 'bottom'} {t.k} of {t.candidates} keys chosen by "
+                      "report-noisy-max, in its rank order (SET dpsql.topk)")
         return r
 
     @staticmethod
@@ -400,8 +409,8 @@ class Session:
     def _plan_key(self, text: str, params: str) -> tuple:
         """What a plan is a function of, besides the policy (fixed for a session and a Backend) and
         the schema (checked by identity): the text and parameters, every setting analysis reads
-        (Settings, dpsql.rho) and the analyst (see PlanCache)."""
-        return (text, params, self.epsilon, self.delta, self.mechanism, self.rho, self.budget.delta,
+        (Settings, dpsql.rho, dpsql.topk) and the analyst (see PlanCache)."""
+        return (text, params, self.epsilon, self.delta, self.mechanism, self.rho, self.topk, self.budget.delta,
                 self.analyst, id(self.schema))
 
     def _sql(self, plan: QueryPlan) -> str:
@@ -413,10 +422,23 @@ class Session:
             self._plans.put_derived(plan, ("sql", dialect), sql)
         return sql
 
+    def _analysis(self, stmt: Statement, settings: Settings) -> QueryPlan | PublicQuery:
+        """analyze, then (SET dpsql.topk = 'noisy_max') a top-k query as a selection
+        (dpsql.analysis.topk): refused there when its shape is not supported, never answered as a
+        histogram instead."""
+        planned = analyze(stmt.tree, self.policy, self.schema, settings, self.engine.dialect, self._domain)
+        if self.topk != "off" and isinstance(planned, QueryPlan) and topk_plan.applies(planned):
+            planned = topk_plan.plan_topk(planned, settings.epsilon, settings.delta, settings.mechanism)
+        return planned
+
     def _plan_now(self, stmt: Statement) -> QueryPlan | PublicQuery:
         settings = Settings(self.epsilon, self.delta, self.mechanism, self.budget.delta)
         planned = analyze(stmt.tree, self.policy, self.schema, settings, self.engine.dialect, self._domain)
         auto = auto_bounds.find(planned, self.policy, self.epsilon) if isinstance(planned, QueryPlan) else None
+        if self.topk != "off" and isinstance(planned, QueryPlan) and topk_plan.applies(planned):
+            # a top-k as a selection (dpsql.analysis.topk), refused there (auto bounds too) when its
+            # shape is not supported: never answered as a histogram instead
+            planned = topk_plan.plan_topk(_replace(planned, auto=auto), self.epsilon, self.delta, self.mechanism)
         if auto is not None:    # bounds = "auto": the aggregates get the epsilon the bound choice leaves
             if self.rho is not None:
                 raise QueryRejected("an auto-bounded column with dpsql.rho", "its bound choice is calibrated "
@@ -455,14 +477,19 @@ class Session:
         it is checked against rho with the mechanisms' exact rho (retried a little lower if float
         rounding put it above)."""
         ref = plan.cost.epsilon
-        parts = tuple((spec.mechanism, spec.epsilon / ref, spec.delta) for spec in plan.noise)
+        parts = ()
+        for spec in plan.noise:
+            if spec.mechanism == "noisy_max":   # k peels of the exponential mechanism
+                parts += topk_plan.rho_parts(plan.topk.k, spec.epsilon / ref)
+            else:
+                parts += ((spec.mechanism, spec.epsilon / ref, spec.delta),)
         if plan.selection_noise is not None:
             parts += (("laplace", plan.selection_noise.epsilon / ref, 0.0),)
         target = self.rho
         for _ in range(4):
             eps = epsilon_for_rho(parts, target)
             settings = Settings(eps, self.delta, self.mechanism, self.budget.delta)
-            planned = analyze(stmt.tree, self.policy, self.schema, settings, self.engine.dialect, self._domain)
+            planned = self._analysis(stmt, settings)
             got = self._rho_of(planned)[0]
             if got <= Fraction(self.rho):
                 return planned
@@ -497,8 +524,11 @@ class Session:
         if kept is not None:
             return kept
         mechs = {spec.target: make_mechanism(spec.mechanism, spec.sensitivity, spec.epsilon, spec.delta)
-                 for spec in plan.noise if spec.mechanism != "exponential"}
+                 for spec in plan.noise if spec.mechanism not in ("exponential", "noisy_max")}
         mechs.update(_quantile_mechanisms(plan))
+        t = plan.topk
+        if t is not None:
+            mechs[topk_plan.TARGET] = NoisyTopK(t.epsilon, t.k, t.sensitivity, t.monotone, t.candidates)
         sel = None
         if plan.selection_noise is not None:
             s = plan.selection_noise
@@ -534,12 +564,15 @@ class Session:
             plan = self._auto_bound(plan)
         sql = self._sql(plan)
         mechs, sel = self._mechanisms(plan)
-        params = {"values": [dict(mechs[m.name].params(), measure=m.label) for m in plan.measures]
+        params = {"values": [dict(mechs[m.name].params(), measure=m.label) for m in plan.measures if m.name in mechs]
                   + [dict(mechs[q.name].params(), measure=q.label) for q in plan.quantiles]
                   + [dict(mechs[dc.name].params(), measure=dc.label) for dc in plan.distincts]}
         if sel is not None:
             params["partition_selection"] = dict(sel.params(), threshold=plan.selection.threshold,
                                                  delta=plan.selection.delta, l0=plan.selection.l0)
+        if plan.topk is not None:
+            params["topk"] = dict(mechs[topk_plan.TARGET].params(), measure=plan.topk.label,
+                                  order="desc" if plan.topk.desc else "asc", values_released=plan.topk.values)
         params["bounding"] = {"bounded": plan.bounded, "l0": plan.l0,
                               "max_rows_per_unit": plan.table.max_rows_per_unit if plan.bounded else 1}
         charged, surcharge, subset = self._charge_of(plan)
@@ -628,8 +661,10 @@ class Session:
 
     # -- the reconstruction defence: surcharge, cap, cache, audit (dpsql.analysis.reconstruction, dpsql.guard)
     def _answer_key(self, plan: QueryPlan) -> str:
+        # a top-k selection answers the same text differently from the histogram: its own key
+        mechanism = plan.mechanism + ("+noisy_max" if plan.topk is not None else "")
         return answer_key(str(getattr(self.engine, "name", type(self.engine).__name__)), plan.text,
-                          plan.cost.epsilon, plan.cost.delta, plan.mechanism)
+                          plan.cost.epsilon, plan.cost.delta, mechanism)
 
     def _charge_of(self, plan: QueryPlan) -> tuple[Cost, float, SubsetCharge | None]:
         """What a query is charged: its cost, plus the policy's surcharge (a fraction of its epsilon,
@@ -725,6 +760,8 @@ class Session:
                       found.get(key, zero) for key in domain}
         elif not plan.keys:
             groups = groups or {(): (0,) * len(measures)}
+        if plan.topk is not None:
+            return self._top(plan, groups, mechs)
         widths = {m.name: mechs[m.name].half_width() for m in measures}
         widths.update({q.name: math.inf for q in plan.quantiles})    # a value's error is not bounded; its rank's is
         widths.update({dc.name: mechs[dc.name].half_width() for dc in plan.distincts})
@@ -755,6 +792,32 @@ class Session:
         outputs = [(o.name, o.expr, o.noisy) for o in plan.outputs]
         noise = {m.name: (mechs[m.name].name, mechs[m.name].scale) for m in measures}
         table = postprocess.finish(released, outputs, plan.having, plan.order, plan.limit, plan.offset, noise)
+        return postprocess.wrap(table, plan.wraps)
+
+    def _top(self, plan: QueryPlan, groups: dict, mechs) -> postprocess.Table:
+        """SET dpsql.topk: the k keys report-noisy-max chooses from the public domain's exact bounded
+        aggregates (dpsql.noise.topk: nothing else of them leaves this function), in its rank order;
+        each with the aggregate measured afresh when the query outputs it (dpsql.analysis.topk)."""
+        t = plan.topk
+        m = plan.measure(t.measure)
+        keys = list(groups)
+        scores = []
+        for key in keys:
+            v = groups[key][0]
+            exact = Fraction(0 if v is None else v) / m.divisor     # ints and Decimals: exact
+            scores.append(exact if t.desc else -exact)
+        chosen = mechs[topk_plan.TARGET].choose(scores, self.rng)
+        released = []
+        for i in chosen:
+            env, widths = {}, {}
+            if t.values:
+                v = groups[keys[i]][0]
+                env[m.name] = mechs[m.name].release(Fraction(0 if v is None else v) / m.divisor, self.rng)
+                widths[m.name] = mechs[m.name].half_width()
+            released.append((keys[i], env, widths))
+        outputs = [(o.name, o.expr, o.noisy) for o in plan.outputs]
+        noise = {m.name: (mechs[m.name].name, mechs[m.name].scale)} if t.values else None
+        table = postprocess.finish(released, outputs, None, (), None, 0, noise)
         return postprocess.wrap(table, plan.wraps)
 
     def _db_types(self, plan: QueryPlan) -> list[str]:
@@ -856,6 +919,11 @@ class Session:
             self.plan_queries = k
         elif key in ("intervals", "round"):
             setattr(self, key, _bool_setting(name, value))
+        elif key == "topk":
+            v = str(value).strip().strip("'\"").lower()
+            if v not in topk_plan.SETTING_VALUES:
+                raise InvalidSetting("dpsql.topk must be 'off' or 'noisy_max'")
+            self.topk = v
         elif key == "epsilon":
             eps = _float_setting(name, value)
             if not eps > 0:
@@ -894,7 +962,7 @@ class Session:
                                 "by the policy")
         else:
             raise InvalidSetting(f"unknown setting {name}; settable: dpsql.epsilon, dpsql.rho, dpsql.delta, "
-                                 "dpsql.mechanism, dpsql.plan_queries, dpsql.intervals, dpsql.round")
+                                 "dpsql.mechanism, dpsql.plan_queries, dpsql.intervals, dpsql.round, dpsql.topk")
         return Result([], [], [], "set", tag="SET")
 
     def _default_rho(self) -> float | None:
@@ -928,6 +996,7 @@ class Session:
             self.epsilon, self.delta, self.mechanism = d.epsilon, d.delta, d.mechanism
             self.rho, self.plan_queries = self._default_rho(), 0
             self.intervals = self.round = False
+            self.topk = "off"
         elif name == "dpsql.epsilon":
             self.epsilon, self.rho = d.epsilon, self._default_rho()
         elif name == "dpsql.rho":
@@ -936,6 +1005,8 @@ class Session:
             self.plan_queries = 0
         elif name in ("dpsql.intervals", "dpsql.round"):
             setattr(self, name[len("dpsql."):], False)
+        elif name == "dpsql.topk":
+            self.topk = "off"
         elif name == "dpsql.delta":
             self.delta = d.delta
         elif name == "dpsql.mechanism":
@@ -969,6 +1040,8 @@ class Session:
         "dpsql.plan_queries": "EXPLAIN DP also plans a series of this many such queries (0: off)",
         "dpsql.intervals": "on: each noisy column c is followed by c_low and c_high, its 95% interval",
         "dpsql.round": "on: noisy counts as whole numbers, negative ones clamped to 0 (post-processing)",
+        "dpsql.topk": "noisy_max: GROUP BY ... ORDER BY COUNT/SUM LIMIT k releases the top k keys chosen by "
+                      "report-noisy-max (scores at the per-group sensitivity), off: every group's noisy value",
         "dpsql.accountant": "how the budget is kept: zcdp or basic (fixed by the policy)",
         "dpsql.analyst": "whose budget is charged (fixed at login)",
     }
@@ -998,11 +1071,11 @@ class Session:
         values = {"dpsql.epsilon": self.epsilon, "dpsql.delta": self.delta, "dpsql.mechanism": self.mechanism,
                   "dpsql.analyst": self.analyst, "dpsql.rho": self.rho, "dpsql.plan_queries": self.plan_queries,
                   "dpsql.accountant": None, "dpsql.intervals": "on" if self.intervals else "off",
-                  "dpsql.round": "on" if self.round else "off"}
+                  "dpsql.round": "on" if self.round else "off", "dpsql.topk": self.topk}
         if name not in values:
             raise QueryRejected(f"SHOW {name}", "dpsql shows dpsql.budget, dpsql.epsilon, dpsql.rho, dpsql.delta, "
                                 "dpsql.mechanism, dpsql.plan_queries, dpsql.intervals, dpsql.round, "
-                                "dpsql.accountant and dpsql.analyst")
+                                "dpsql.topk, dpsql.accountant and dpsql.analyst")
         if name == "dpsql.epsilon" and self.rho is not None:
             v = None                           # rho calibrates the queries now, not epsilon
         else:

@@ -104,7 +104,7 @@ class Measure:
 class NoiseSpec:
     """The mechanism for one measure (or for partition selection)."""
     target: str           # measure name, or "_units" for partition selection
-    mechanism: str        # laplace | gaussian | gaussian_classic | exponential (a quantile)
+    mechanism: str        # laplace | gaussian | gaussian_classic | exponential (a quantile) | noisy_max (top-k)
     l1: float             # L1 sensitivity over all groups (L0 * Linf)
     l2: float             # L2 sensitivity over all groups (sqrt(L0) * Linf)
     linf: float           # per-group bound
@@ -178,6 +178,7 @@ class QueryPlan:
     quantiles: tuple = ()          # analysis.quantiles.Quantile: exponential-mechanism measures
     distincts: tuple = ()          # analysis.distinct.DistinctCount: COUNT(DISTINCT col) of a non-unit column
     auto: Any = None               # bounds = "auto": dpsql.analysis.auto_bounds.AutoBound
+    topk: Any = None               # SET dpsql.topk = 'noisy_max': dpsql.analysis.topk.TopK
 
     @property
     def tables(self) -> tuple[tuple[str, str], ...]:

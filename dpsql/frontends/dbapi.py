@@ -24,6 +24,8 @@ Settings (also through the proxy, as SET/SHOW/RESET; SHOW ALL lists them with a 
   SET dpsql.intervals = on   each noisy column c is followed by c_low and c_high, its 95% interval
   SET dpsql.round = on       noisy COUNTs as whole numbers, negative ones clamped to 0
                              (post-processing; off by default because the clamp biases counts near 0)
+  SET dpsql.topk = 'noisy_max'  ORDER BY COUNT/SUM ... LIMIT k over a public domain: the top k keys by
+                             report-noisy-max (docs/TOPK.md); the key column's accuracy and half-widths are None
 Transactions: dpsql is read-only, so commit() and rollback() do nothing.
 
 Parameters: execute(sql, params) binds each value as a literal in the parsed query, quoted by
