@@ -409,6 +409,7 @@ class Column:
     rng: tuple[Fraction, Fraction] | None = None    # a NUM_COL's range (X2)
     whole: bool = False           # its values are whole numbers (X2)
     dom: frozenset | None = None  # a text column's declared values (X4)
+    computed: V | None = None     # X7: the value a row-level query's computed item stands for
 
     @property
     def family(self) -> str:
@@ -782,7 +783,7 @@ class _Walk(Values):
         if node.data == "left_join" and right.rel.protected and not any(i.rel.protected for i in left):
             self.bad("J4: a LEFT JOIN onto a protected item")
             self.replace(self.kw(node, "LEFT")[0], "")
-        elif node.data == "left_join" and right.rel.kind == "per_unit" and right.rel.unit_where:
+        elif node.data == "left_join" and right.rel.kind in ("per_unit", "row") and right.rel.unit_where:
             self.bad("J4: a per-unit subquery with a WHERE on the NULL side of a LEFT JOIN")
             self.replace(self.kw(node, "LEFT")[0], "")
         cond = self.trees(node, "join_condition")[0]
@@ -1042,8 +1043,12 @@ class _Walk(Values):
                 cols += [dataclasses.replace(c, unit=scope.is_unit(item, c)) for c in item.rel.columns]
         else:
             for ri in self.trees(items_node, "row_item"):
-                item, col = self.column(self.col_of(ri.children[0]), scope, None, "column")
                 alias = self.toks(ri, "COLUMN_ALIAS")
+                first = ri.children[0]
+                if self.bare_col(first) is None:        # X7: a computed column stands for its value
+                    cols.append(self.computed(first, scope, ident(alias[0].value) if alias else f"?{len(cols)}"))
+                    continue
+                item, col = self.column(self.bare_col(first), scope, None, "column")
                 name = ident(alias[0].value) if alias else col.name
                 cols.append(dataclasses.replace(col, name=name, unit=scope.is_unit(item, col)))
         expose = None
@@ -1062,7 +1067,8 @@ class _Walk(Values):
                   and not (where and any(where[0].find_pred(lambda t: t.data in ("in_subquery", "exists")))))
         return Rel("row", cols, bool(scope.protected), filtered=filtered, star=star, items_node=items_node,
                    expose=expose, aliases=scope.aliases(), simple=simple,
-                   r=math.prod(i.rel.r for i in scope.protected))
+                   r=math.prod(i.rel.r for i in scope.protected),
+                   unit_where=any(i.rel.unit_where for i in scope.items))    # J4: inlined, it brings them along
 
     def per_unit_query(self, node: Tree, env: dict) -> Rel:
         frm = self.trees(node, "from_clause")[0]
@@ -1129,7 +1135,7 @@ class _Walk(Values):
         else:
             self.column(self.col_of(group), scope, ANY_COL, "unit column", unit_ok)
         # J4: a per-unit query reading a filtered per-unit query is filtered too
-        filtered = bool(where) or any(i.rel.kind == "per_unit" and i.rel.unit_where for i in scope.items)
+        filtered = bool(where) or any(i.rel.unit_where for i in scope.items)
         return Rel("per_unit", cols, True, aliases=scope.aliases(), unit_where=filtered, r=1)
 
     # -- WHERE
@@ -1329,9 +1335,12 @@ class _Walk(Values):
         outputs = []
 
         def key_ok(item, c):
-            return "KEY_COL" in c.classes and not scope.is_unit(item, c)
+            return "KEY_COL" in c.classes and not scope.is_unit(item, c) and not (c.computed and c.computed.unit)
 
         def col_dom(item, c) -> int | None:
+            if c.computed is not None:             # X7: the key is the value it stands for
+                v = c.computed
+                return None if v.dom is None or (v.kind == "num" and not v.whole) else len(v.dom)
             if c.dom is not None:
                 return len(c.dom)
             t = POLICY.table(item.rel.table) if item.rel.table else None
@@ -1416,7 +1425,7 @@ class _Walk(Values):
                         doms[(item.id, col.name)] = col_dom(item, col)
                     elif keys[id(items[pos - 1])] in constants:
                         self.bad("X5: GROUP BY names a constant key item by its position")
-                        self.replace(g, self.render(items[pos - 1].children[0]))
+                        self.replace(g, f"( {self.render(items[pos - 1].children[0])} )")
                         grouped.add(keys[id(items[pos - 1])])
                     else:
                         grouped.add(keys[id(items[pos - 1])])
@@ -1432,10 +1441,10 @@ class _Walk(Values):
                     if r is None and name in alias_of and not any(i.named(name) for i in scope.items):
                         if alias_count.get(name, 0) > 1:
                             self.bad(f"X5: GROUP BY {name_tok.value} names several SELECT items")
-                            self.replace(g, self.render(alias_of[name].children[0]))
+                            self.replace(g, f"( {self.render(alias_of[name].children[0])} )")
                         elif keys[id(alias_of[name])] in constants:
                             self.bad("X5: GROUP BY names a constant key item by its alias")
-                            self.replace(g, self.render(alias_of[name].children[0]))
+                            self.replace(g, f"( {self.render(alias_of[name].children[0])} )")
                         grouped.add(keys[id(alias_of[name])])
                         continue
                     if r is None and isinstance(g, Token):
@@ -1462,14 +1471,16 @@ class _Walk(Values):
                     doms[(item.id, col.name)] = col_dom(item, col)
                     continue
                 grouped.add(key_expr(g))
+                if self.repair and re.fullmatch(r"[+\s]*[0-9]+(\.[0-9]+)?", self.render(g).strip()):
+                    self.wrap(g, lambda old: f"( {old} )")      # a number alone would be a position (N4)
         aliases = agg_aliases | key_aliases
         for clause in self.trees(node, "having_clause", "order_clause"):
             self.post(clause, scope, items, agg_aliases, key_aliases, used, key_ok)
         missing = []
         for identity, text in used:
             if identity not in grouped:
-                if text is None:               # a key expression: GROUP BY it as written
-                    text = self.render(exprs[identity][0])
+                if text is None:               # a key expression: GROUP BY it as written (a number: not a position)
+                    text = f"( {self.render(exprs[identity][0])} )"
                 if text not in missing:
                     missing.append(text)
                 grouped.add(identity)
@@ -1573,7 +1584,7 @@ class _Walk(Values):
         bare = self.bare_col(node)
         if bare is not None:
             r = self.resolve(bare, scope)
-            if r is not None and r[1].rng is not None and r[1].family == "num":
+            if r is not None and r[1].rng is not None and r[1].family == "num" and r[1].computed is None:
                 return V("num", r[1].rng[0], r[1].rng[1], r[1].whole, cols=True)
         return self.measured(node, scope, fn)
 
@@ -1591,6 +1602,9 @@ class _Walk(Values):
         """A key expression as the checker compares it with GROUP BY's items (N2): its tokens, each
         column as the one it names, keywords in upper case, unary plus signs dropped."""
         out: list = []
+        while isinstance(node, Tree) and node.data in ("value_atom", "row_test") and len(node.children) == 3 \
+                and isinstance(node.children[0], Token) and node.children[0].value == "(":
+            node = node.children[1]             # (expr) is the key expr, as GROUP BY and SELECT read it
 
         def walk(n) -> None:
             if isinstance(n, Token):
@@ -1641,9 +1655,30 @@ class _Walk(Values):
             else:
                 self.replace(node, "'x'")
 
+        if not having:
+            # (*) X6: in ORDER BY, a name in an aggregate's FILTER (WHERE ...) that is an AS name of
+            # the SELECT list is qualified (sqlglot reads it as the output, PostgreSQL as the column)
+            for f in [t for t in clause.iter_subtrees_topdown() if t.data == "filter"]:
+                for c in [t for t in f.iter_subtrees_topdown() if t.data == "col"]:
+                    toks = self.toks(c)
+                    if len(toks) == 1 and ident(toks[0].value) in aliases:
+                        self.bad(f"X6: {toks[0].value} in FILTER in ORDER BY is an AS name of the SELECT list")
+                        r = self.resolve(c, scope)
+                        text = self.ref_text(scope, *r) if r is not None else None
+                        if text is not None and "." in text:
+                            self.replace(c, text)
+                        else:
+                            self.replace(f, "")
+                            break
         for node in list(clause.iter_subtrees_topdown()):
             if node.data == "aggregate":
                 self.aggregate(node, scope)
+                for f in self.trees(node, "filter") if self.repair and not having else []:
+                    # (repair) a column the repair put in the FILTER may bear an AS name: X6 again
+                    words = re.findall(r'(?<![.\w"])("(?:[^"]|"")+"|[A-Za-z_]\w*)(?![\w.]|\s*\.)',
+                                       re.sub(r"\s*\.\s*", ".", self.render(f.children[3])))
+                    if any(ident(w) in aliases for w in words):
+                        self.replace(f, "")
             elif node.data == "key_ref":
                 colnode = self.col_of(node)
                 toks = self.toks(colnode)

@@ -115,7 +115,9 @@ class Values:
     def _col_value(self, node, scope) -> V:
         from conftest import ANY_COL
         colnode = self.col_of(node)
-        item, col = self.column(colnode, scope, ANY_COL, "column")
+        item, col = self.column(colnode, scope, ANY_COL | {"COMPUTED"}, "column")
+        if col.computed is not None:               # X7: the value it stands for
+            return col.computed
         unit = scope.is_unit(item, col)
         if col.family == "num":
             if col.rng is None:
@@ -322,6 +324,17 @@ class Values:
                            nodes[0])
         return V("num", out.lo, out.hi, out.whole, dom if dom is None or len(dom) <= MAX_DOMAIN else None,
                  unit, cols)
+
+    def computed(self, node, scope, name: str):
+        """X7: a row-level query's item that computes a value: a column that stands for it."""
+        from conftest import Column
+        v = self.counted(node, scope)
+        if v.kind == "num" and v.bounded:
+            return Column(name, "BIGINT" if v.whole else "DOUBLE", frozenset({"KEY_COL", "COMPUTED"}),
+                          rng=(v.lo, v.hi), whole=v.whole, computed=v)
+        ty = {"text": "VARCHAR", "date": "DATE", "bool": "BOOLEAN"}.get(v.kind, "NULL")
+        return Column(name, ty, frozenset({"KEY_COL", "COMPUTED"} if v.kind in ("text", "date", "bool")
+                                          else {"COMPUTED"}), computed=v)
 
     # -- aggregates' arguments
     def measured(self, node, scope, what: str) -> V:
