@@ -410,6 +410,7 @@ class Column:
     whole: bool = False           # its values are whole numbers (X2)
     dom: frozenset | None = None  # a text column's declared values (X4)
     computed: V | None = None     # X7: the value a row-level query's computed item stands for
+    origin: tuple | None = None   # V5: (the base table's FROM item, column): the same through subqueries
 
     @property
     def family(self) -> str:
@@ -433,6 +434,7 @@ class Rel:
     reads: int = 0                # (a CTE) how many FROM items read it, anywhere in the statement
     unit_where: bool = False      # a per-unit query with a WHERE (J4: not on the NULL side of a LEFT JOIN)
     r: int = 1                    # rows x groups one unit may have in it (a per-unit aggregate's range)
+    narrow: tuple = ()            # V5: the WHERE conjuncts inlined with it: (origin, node, values, keep)
 
     @property
     def dups(self) -> bool:
@@ -659,14 +661,16 @@ class _Walk(Values):
                 for c, (ty, classes) in table_classes(name).items()]
         if t is None:
             return Rel("public", cols, False, table=name)
+        token = next(self.ids)
         for c in cols:
+            c.origin = (token, c.name)
             decl = t.column(c.name)
+            if decl is not None and decl.values is not None:
+                c.dom = frozenset(decl.values)
             if decl is not None and decl.bounded and c.family == "num":
                 lo, hi = (Fraction(str(v)) for v in (decl.lower, decl.upper))
                 c.rng = (lo, hi)
                 c.whole = c.type in ("INTEGER", "BIGINT") and lo.denominator == 1 and hi.denominator == 1
-            elif decl is not None and decl.values is not None and c.family == "text":
-                c.dom = frozenset(decl.values)
         return Rel("protected", cols, True, table=t.name, link=t.link,
                    r=t.max_rows_per_unit * t.max_groups_per_unit)
 
@@ -1068,7 +1072,8 @@ class _Walk(Values):
         return Rel("row", cols, bool(scope.protected), filtered=filtered, star=star, items_node=items_node,
                    expose=expose, aliases=scope.aliases(), simple=simple,
                    r=math.prod(i.rel.r for i in scope.protected),
-                   unit_where=any(i.rel.unit_where for i in scope.items))    # J4: inlined, it brings them along
+                   unit_where=any(i.rel.unit_where for i in scope.items),    # J4: inlined, it brings them along
+                   narrow=self.narrowing(where[0] if where else None, scope))
 
     def per_unit_query(self, node: Tree, env: dict) -> Rel:
         frm = self.trees(node, "from_clause")[0]
@@ -1141,6 +1146,61 @@ class _Walk(Values):
     # -- WHERE
     def where(self, node: Tree, scope: Scope) -> None:
         self.condition(node.children[1], scope)
+
+    def narrowing(self, where: Tree | None, scope: Scope) -> tuple:
+        """V5: what the top-level conjuncts of a WHERE (and of the row-level subqueries and CTEs it
+        inlines) keep of a column's values: col = lit, lit = col, col IN (lits) keep those; <>, NOT,
+        NOT IN drop them. A literal is a string, or a whole number written with digits only."""
+        out = [e for i in scope.items if i.rel.kind == "row" for e in i.rel.narrow]
+        if where is None:
+            return tuple(out)
+
+        def conjuncts(n) -> list:
+            if isinstance(n, Tree) and n.data == "and_cond":
+                return conjuncts(n.children[0]) + conjuncts(n.children[2])
+            if isinstance(n, Tree) and n.data == "test" and isinstance(n.children[0], Token) \
+                    and n.children[0].value == "(":
+                return conjuncts(n.children[1])
+            return [n]
+
+        def lit(n):
+            if isinstance(n, Token) and n.type == "STRING":
+                return n.value[1:-1].replace("''", "'")
+            if isinstance(n, Tree) and n.data == "num_lit":
+                if any(t.value == "-" for t in self.toks(n, "SIGN")):
+                    return None
+                v = self.toks(n, "NUMBER")[0].value
+                return int(v) if v.isdigit() else None
+            return None
+
+        for c in conjuncts(where.children[1]):
+            keep, node = True, c
+            if isinstance(node, Tree) and node.data == "not_cond":
+                keep, node = False, node.children[1]
+            while isinstance(node, Tree) and node.data == "test" and node.children[0] == "(":
+                node = node.children[1]
+            if not (isinstance(node, Tree) and node.data in ("num_test", "text_test")):
+                continue
+            kids = [k for k in node.children if not (isinstance(k, Token) and k.type in ("COMMENT",))]
+            ops = self.toks(node, "CMP_OP")
+            cols = [k for k in kids if isinstance(k, Tree) and k.data in ("col", "num_col")]
+            if ops and ops[0].value in ("=", "<>", "!=") and len(kids) == 3 and len(cols) == 1:
+                other = kids[2] if kids[0] is cols[0] else kids[0]
+                vals = [lit(other)]
+                keep = keep == (ops[0].value == "=")
+            elif any(isinstance(k, Token) and k.value.upper() == "IN" for k in kids) and len(cols) == 1 \
+                    and kids[0] is cols[0]:
+                keep = keep != any(isinstance(k, Token) and k.value.upper() == "NOT" for k in kids)
+                vals = [lit(k) for k in kids[1:] if isinstance(k, Tree) and k.data == "num_lit"
+                        or isinstance(k, Token) and k.type == "STRING"]
+            else:
+                continue
+            if not vals or any(v is None for v in vals):
+                continue
+            r = self.resolve(self.col_of(cols[0]), scope)
+            if r is not None and r[1].origin is not None:
+                out.append((r[1].origin, c, frozenset(vals), keep))
+        return tuple(out)
 
     def condition(self, node, scope: Scope) -> None:
         if isinstance(node, Token):
@@ -1332,6 +1392,7 @@ class _Walk(Values):
         doms: dict[tuple, int | None] = {}        # a key's identity -> its public domain's size, if any
         exprs: dict[tuple, list] = {}             # a key expression's identity -> its nodes (repair: X4)
         constants: set[tuple] = set()             # key items that read no column (X5)
+        key_cols: dict[tuple, Column] = {}        # a key column's identity -> the column (V5)
         outputs = []
 
         def key_ok(item, c):
@@ -1384,6 +1445,7 @@ class _Walk(Values):
                     continue
                 keys[id(it)] = (item.id, col.name)
                 doms[(item.id, col.name)] = col_dom(item, col)
+                key_cols[(item.id, col.name)] = col
                 used.append(((item.id, col.name), self.ref_text(scope, item, col) or col.name))
                 if alias:
                     key_aliases.add(ident(alias[0].value))
@@ -1423,6 +1485,7 @@ class _Walk(Values):
                         self.replace(g, text)
                         grouped.add((item.id, col.name))
                         doms[(item.id, col.name)] = col_dom(item, col)
+                        key_cols[(item.id, col.name)] = col
                     elif keys[id(items[pos - 1])] in constants:
                         self.bad("X5: GROUP BY names a constant key item by its position")
                         self.replace(g, f"( {self.render(items[pos - 1].children[0])} )")
@@ -1458,6 +1521,7 @@ class _Walk(Values):
                         self.replace(g, text)
                         grouped.add((item.id, col.name))
                         doms[(item.id, col.name)] = col_dom(item, col)
+                        key_cols[(item.id, col.name)] = col
                         continue
                 if bare is not None or name_tok is not None:
                     try:
@@ -1469,6 +1533,7 @@ class _Walk(Values):
                         break
                     grouped.add((item.id, col.name))
                     doms[(item.id, col.name)] = col_dom(item, col)
+                    key_cols[(item.id, col.name)] = col
                     continue
                 grouped.add(key_expr(g))
                 if self.repair and re.fullmatch(r"[+\s]*[0-9]+(\.[0-9]+)?", self.render(g).strip()):
@@ -1493,6 +1558,22 @@ class _Walk(Values):
                 anchor = where[0] if where else frm
                 self.wrap(anchor, lambda old: f"{old} GROUP BY {names} ")
         del aliases
+        # V5: a WHERE (with what it inlines) that keeps a key column to literals keeps some of its domain
+        narrow = self.narrowing(where[0] if where else None, scope)
+        for k in grouped:
+            col = key_cols.get(k)
+            item = next((i for i in scope.items if i.id == k[0]), None)
+            if col is None or col.dom is None or item is None or item.rel.kind == "public" or col.origin is None:
+                continue
+            entries = [e for e in narrow if e[0] == col.origin]
+            keep = [e[2] for e in entries if e[3]]
+            left = {v for v in col.dom if all(v in kv for kv in keep)
+                    and not any(v in e[2] for e in entries if not e[3])}
+            if not left and entries:
+                self.bad(f"V5: WHERE keeps none of the domain of the key {col.name}")
+                for e in entries:
+                    c = next(t for t in e[1].iter_subtrees_topdown() if t.data == "col")
+                    self.replace(e[1], f"{self.render(c)} IS NOT NULL")
         # V2/X4: the product of the keys' public domains (when every key has one)
         sizes = {k: doms.get(k) for k in grouped}
         while sizes and all(v is not None for v in sizes.values()) and math.prod(sizes.values()) > self.max_groups():
