@@ -1463,6 +1463,23 @@ class _Walk(Values):
                 alias_count[o.name] = alias_count.get(o.name, 0) + 1
         grouped: set[tuple] = set()
         group = self.trees(node, "group_clause")
+
+        def group_col(item, col) -> None:
+            grouped.add((item.id, col.name))
+            doms[(item.id, col.name)] = col_dom(item, col)
+            key_cols[(item.id, col.name)] = col
+
+        def group_pick(g, hint: str) -> bool:
+            """(repair) GROUP BY a key column of the scope in g's place; False if there is none (no GROUP BY)."""
+            try:
+                text, item, col = self.pick(scope, frozenset({"KEY_COL"}), hint, key_ok)
+            except _GiveUp:
+                self.replace(group[0], "")
+                grouped.clear()
+                return False
+            self.replace(g, text)
+            group_col(item, col)
+            return True
         if group:
             for g in group[0].children[2:]:
                 if isinstance(g, Token) and g.value == ",":
@@ -1476,16 +1493,8 @@ class _Walk(Values):
                     pos = int(digits) if digits.isdigit() else 0
                     if not (1 <= pos <= len(items) and id(items[pos - 1]) in keys):
                         self.bad(f"N4: GROUP BY {text} does not name a key item")
-                        try:
-                            text, item, col = self.pick(scope, frozenset({"KEY_COL"}), text, key_ok)
-                        except _GiveUp:
-                            self.replace(group[0], "")
-                            grouped.clear()
+                        if not group_pick(g, text):
                             break
-                        self.replace(g, text)
-                        grouped.add((item.id, col.name))
-                        doms[(item.id, col.name)] = col_dom(item, col)
-                        key_cols[(item.id, col.name)] = col
                     elif keys[id(items[pos - 1])] in constants:
                         self.bad("X5: GROUP BY names a constant key item by its position")
                         self.replace(g, f"( {self.render(items[pos - 1].children[0])} )")
@@ -1512,16 +1521,8 @@ class _Walk(Values):
                         continue
                     if r is None and isinstance(g, Token):
                         self.bad(f"N5: GROUP BY {name_tok.value} names neither a column nor a key item's alias")
-                        try:
-                            text, item, col = self.pick(scope, frozenset({"KEY_COL"}), name_tok.value, key_ok)
-                        except _GiveUp:
-                            self.replace(group[0], "")
-                            grouped.clear()
+                        if not group_pick(g, name_tok.value):
                             break
-                        self.replace(g, text)
-                        grouped.add((item.id, col.name))
-                        doms[(item.id, col.name)] = col_dom(item, col)
-                        key_cols[(item.id, col.name)] = col
                         continue
                 if bare is not None or name_tok is not None:
                     try:
@@ -1531,9 +1532,7 @@ class _Walk(Values):
                         self.replace(group[0], "")
                         grouped.clear()
                         break
-                    grouped.add((item.id, col.name))
-                    doms[(item.id, col.name)] = col_dom(item, col)
-                    key_cols[(item.id, col.name)] = col
+                    group_col(item, col)
                     continue
                 grouped.add(key_expr(g))
                 if self.repair and re.fullmatch(r"[+\s]*[0-9]+(\.[0-9]+)?", self.render(g).strip()):
