@@ -34,7 +34,7 @@ from dpsql.rewrite.per_unit import per_unit
 from dpsql.rewrite.quantiles import quantiles
 from dpsql.rewrite.rows import rows
 from dpsql.rewrite.sample_aggregate import applies as _sample_applies
-from dpsql.rewrite.sample_aggregate import sample_aggregate
+from dpsql.rewrite.sample_aggregate import combined as _sample_combined
 from dpsql.rewrite.totals import totals
 from dpsql.rewrite.unique_unit import unique_unit
 from dpsql.rewrite.units_only import units_only
@@ -48,8 +48,12 @@ PASSES = GENERAL + (unique_unit, units_only, count_distinct, quantiles)
 def rewrite(plan: QueryPlan, dialect: str = "duckdb", passes: tuple = PASSES) -> exp.Select:
     """The rewritten query as a sqlglot tree (passes=GENERAL: without the shortcuts)."""
     d = engine_dialect(dialect)
-    if _sample_applies(plan):       # sample-and-aggregate: its own block rewrite
-        return sample_aggregate(plan, d)
+    if _sample_applies(plan):       # sample-and-aggregate: its own block rewrite, joined to the others'
+        return _sample_combined(plan, d, lambda sub: _passes(sub, d, passes))
+    return _passes(plan, d, passes)
+
+
+def _passes(plan: QueryPlan, d, passes: tuple) -> exp.Select:
     tree = None
     for p in passes:
         tree = p(tree, plan, d)
