@@ -13,6 +13,10 @@ its own module with its argument and an example:
   count_distinct  COUNT(DISTINCT col) of other columns: each unit's values bounded, joined on the keys
   quantiles     each quantile input's per-unit-bounded histogram, joined on the keys (last)
 
+Sample-and-aggregate measures (CORR, COVAR_*, REGR_*) have their own block rewrite
+(sample_aggregate.py); beside ordinary measures it is joined to these passes' result on the keys
+(sample_aggregate.combined).
+
 The shortcuts apply only when the plan's relation proves their condition. Engine differences
 are data (dpsql.dialects); on engines whose LIKE backtracks, row conditions carry a linear RLIKE
 instead (like.py). The result reads only the tables of the plan's relation and returns
