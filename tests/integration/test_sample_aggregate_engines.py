@@ -114,3 +114,36 @@ def test_mixed_with_partition_selection(target, people_db, connect):  # noqa: F8
     cur.execute("EXPLAIN DP (WIDE) " + sql)
     plan = cur.fetchall()
     assert sum(1 for r in plan if r[0] == "partition_selection") == 1
+
+
+def test_mixed_under_zcdp_the_rho_parts_add(people_db, tmp_path):
+    """zCDP (DuckDB; the accounting does not depend on the engine): a mixed query is charged the sum of
+    its measures' rho, block measures included, with partition selection's part; SET dpsql.rho
+    calibrates the whole query to it, split evenly."""
+    import dpsql
+    from tests.integration.test_zcdp import explain, zpolicy
+    pol = zpolicy(tmp_path)
+    pol["functions"] = FUNCTIONS
+    sql = ("SELECT v.visit_date, COUNT(*) AS n, CORR(v.cost, p.age) AS c FROM visits v JOIN people p "
+           "ON v.person_id = p.person_id GROUP BY v.visit_date")
+    with dpsql.connect(people_db, policy=pol, analyst="ann") as conn:
+        cur = conn.cursor()
+        for query in (MIXED, sql):
+            rows = explain(cur, query)
+            values = [r for r in rows if r["item"] == "value"]
+            parts = [r["rho"] for r in rows if r["item"] in ("value", "partition_selection")]
+            [charge] = [r for r in rows if r["item"] == "charge"]
+            assert len(values) == (5 if query is MIXED else 2)     # AVG is two sums
+            assert all(r["mechanism"] == "gaussian" and r["epsilon"] == pytest.approx(0.5 / len(parts))
+                       for r in values)
+            assert charge["rho"] == pytest.approx(sum(parts), rel=1e-9)
+        cur.execute("SET dpsql.rho = 0.01")
+        rows = explain(cur, MIXED)
+        [charge] = [r for r in rows if r["item"] == "charge"]
+        parts = [r["rho"] for r in rows if r["item"] == "value"]
+        assert 0.01 * (1 - 1e-6) <= charge["rho"] <= 0.01 and sum(parts) == pytest.approx(charge["rho"])
+        assert max(parts) == pytest.approx(min(parts), rel=1e-6)
+        before = conn.session.spending().rho_spent
+        cur.execute(MIXED)
+        assert len(cur.fetchall()) == 8
+        assert conn.session.spending().rho_spent - before == pytest.approx(0.01, rel=1e-6)
