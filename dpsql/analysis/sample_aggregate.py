@@ -39,6 +39,12 @@ each variance at most a quarter of its squared width, Popoviciu) and COVAR_SAMP 
 (a tiny variance of x makes the slope arbitrarily large), so the policy must declare one
 ([functions] regr_slope = { lower = ..., upper = ... }). A declared range overrides a derived one.
 
+Beside other aggregates (COUNT, SUM, AVG, VARIANCE, quantiles, COUNT(DISTINCT col)): each
+sample-and-aggregate measure is one more measure of the query,
+with its share of the query's epsilon as every measure has (dpsql.analysis.analyze._finish), and
+the same L0 and partition selection; the rewrite joins the block sums to the other measures by
+the group keys (dpsql.rewrite.sample_aggregate.combined, with the composition argument).
+
 Accuracy: the estimate is the mean of k estimates on n/k units each (its own bias and variance
 are those of f on a sample of n/k), plus noise of scale L0 (hi - lo) / (k epsilon).
 Test: tests/stats/test_sample_aggregate_neighbours.py (neighbouring datasets, accuracy).
@@ -135,16 +141,6 @@ def measure(an, node: exp.Expression, cond: exp.Expression | None, suffix: str) 
     if mid != 0:
         value = ("add", ("lit", float(mid)), value)
     return ("clamp", value, float(m.lo), float(m.hi))
-
-
-def check(measures) -> None:
-    """A query with a sample-and-aggregate measure has only such measures (they share its blocks;
-    the other aggregates are asked in their own query)."""
-    kinds = {m.kind == "sample" for m in measures}
-    if kinds == {True, False}:
-        raise QueryRejected("sample-and-aggregate beside other aggregates",
-                            "CORR, COVAR_* and REGR_* are answered by their own block rewrite",
-                            "ask them in a query of their own")
 
 
 def is_sample(m: Measure) -> bool:

@@ -13,6 +13,10 @@ its own module with its argument and an example:
   count_distinct  COUNT(DISTINCT col) of other columns: each unit's values bounded, joined on the keys
   quantiles     each quantile input's per-unit-bounded histogram, joined on the keys (last)
 
+Sample-and-aggregate measures (CORR, COVAR_*, REGR_*) have their own block rewrite
+(sample_aggregate.py); beside ordinary measures it is joined to these passes' result on the keys
+(sample_aggregate.combined).
+
 The shortcuts apply only when the plan's relation proves their condition. Engine differences
 are data (dpsql.dialects); on engines whose LIKE backtracks, row conditions carry a linear RLIKE
 instead (like.py). The result reads only the tables of the plan's relation and returns
@@ -34,7 +38,7 @@ from dpsql.rewrite.per_unit import per_unit
 from dpsql.rewrite.quantiles import quantiles
 from dpsql.rewrite.rows import rows
 from dpsql.rewrite.sample_aggregate import applies as _sample_applies
-from dpsql.rewrite.sample_aggregate import sample_aggregate
+from dpsql.rewrite.sample_aggregate import combined as _sample_combined
 from dpsql.rewrite.totals import totals
 from dpsql.rewrite.unique_unit import unique_unit
 from dpsql.rewrite.units_only import units_only
@@ -48,8 +52,12 @@ PASSES = GENERAL + (unique_unit, units_only, count_distinct, quantiles)
 def rewrite(plan: QueryPlan, dialect: str = "duckdb", passes: tuple = PASSES) -> exp.Select:
     """The rewritten query as a sqlglot tree (passes=GENERAL: without the shortcuts)."""
     d = engine_dialect(dialect)
-    if _sample_applies(plan):       # sample-and-aggregate: its own block rewrite
-        return sample_aggregate(plan, d)
+    if _sample_applies(plan):       # sample-and-aggregate: its own block rewrite, joined to the others'
+        return _sample_combined(plan, d, lambda sub: _passes(sub, d, passes))
+    return _passes(plan, d, passes)
+
+
+def _passes(plan: QueryPlan, d, passes: tuple) -> exp.Select:
     tree = None
     for p in passes:
         tree = p(tree, plan, d)

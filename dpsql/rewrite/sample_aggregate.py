@@ -1,7 +1,8 @@
 """Sample-and-aggregate as one SELECT: the engine aggregate per block of units, each block's value
 clamped, and per group the centered sum of the k block values (dpsql.analysis.sample_aggregate
-has the privacy argument). It replaces the general passes when the plan's measures are
-sample-and-aggregate ones (the analysis admits no others beside them).
+has the privacy argument). It replaces the general passes when every measure of the plan is a
+sample-and-aggregate one; beside ordinary measures (COUNT, SUM, AVG, VARIANCE...) the two
+rewrites are joined by the group keys in the engine (`combined`, below).
 
     SELECT CAST(_g0 AS TEXT) AS _k0,
            SUM(2 * clamp_int(NULLIF(_r0, NaN)) - (lo + hi)) AS _v0,       -- centered, exact integers
@@ -27,6 +28,8 @@ BIGINT). DENSE_RANK ordered by the salted hash and then the keys gives distinct 
 groups, so a unit keeps at most L0 groups even if two hashes tie.
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 from sqlglot import exp
 
@@ -55,6 +58,8 @@ def _double(value: exp.Expression, lo, hi, d: EngineDialect) -> exp.Expression:
 
 
 def sample_aggregate(plan: QueryPlan, d: EngineDialect) -> exp.Select:
+    """The block rewrite of the plan's measures, all sample-and-aggregate ones (with `_units` when
+    the plan selects partitions)."""
     rel = plan.relation
     measures = plan.measures
     k = measures[0].sample.blocks
@@ -127,3 +132,84 @@ def sample_aggregate(plan: QueryPlan, d: EngineDialect) -> exp.Select:
     if keys:
         args["group"] = exp.Group(expressions=[col(k_) for k_ in keys])
     return exp.Select(**args)
+
+
+def combined(plan: QueryPlan, d: EngineDialect, general) -> exp.Select:
+    """Sample-and-aggregate measures beside other aggregates (COUNT, SUM, AVG, VARIANCE, quantiles,
+    COUNT(DISTINCT col)), in one SELECT:
+
+        SELECT COALESCE(_m._k0, _s._k0) AS _k0, _m._v0, _s._v1, _m._v2, ..., _m._units
+        FROM (<the general passes over the ordinary measures>) AS _m
+          FULL JOIN (<the block rewrite of the sample-and-aggregate measures>) AS _s   -- LEFT JOIN
+          ON COALESCE(_m._k0, '') = COALESCE(_s._k0, '') AND (_m._k0 IS NULL) = (_s._k0 IS NULL)
+                                              -- with partition selection; no keys: CROSS JOIN
+
+    general(subplan) is the general rewrite (rewrite.rewrite's passes, with COUNT(DISTINCT col) and
+    the quantile histograms joined in as they always are) of the plan without its block measures.
+    Columns come back in the Session's order: keys, every measure in the plan's order, `_units`,
+    then the distinct counts and histograms.
+
+    Why two rewrites joined on the keys, not one: the ordinary measures need one row per (unit,
+    group) (per-unit pre-aggregation, then clamping), the block aggregates one row per (group,
+    block) over the rows themselves; each part keeps its own tested rewrite, and the engine
+    joins two per-group results (a few rows per group), so no row reaches Python and there is
+    one engine round trip, one transaction, one charge. Joining the released rows in Python
+    instead would need two engine queries (two transactions, two salts to reconcile).
+
+    Privacy (sequential composition; the split of epsilon and delta is the analysis's, one share
+    per measure and one for partition selection): each part is a function of the data whose
+    sensitivity the analysis bounds on its own, whatever the other part does (the quantiles' and
+    distinct counts' own bounding is in their passes, unchanged). The ordinary part
+    bounds each unit to L0 groups by its group choice (group_choice.py), the block part by the
+    same salted ranking of the unit's groups (passing rows first, then hash(unit, keys, salt);
+    the two agree but for ties of the hash, and nothing below needs them to agree). So the
+    vector of block sums, indexed by every possible key (0, the midpoint, for a key with no
+    block value), moves by at most the sample-and-aggregate measure's L1/L2 sensitivity, and the
+    ordinary measures and `_units` by theirs.
+    * Public domains (and no keys): the FULL JOIN returns each group's value of each part
+      whether or not the other part has the group, so every released value is exactly its own
+      part's (a group missing from a part is 0 for its measures, as the Session fills in): the
+      release is the noisy vectors, composed sequentially. (A LEFT JOIN would make a block value
+      depend on whether the ordinary part formed the group, which other units' choices decide.)
+    * Partition selection: the candidate groups are the ordinary part's (LEFT JOIN from it), the
+      ones whose noisy `_units` passes the threshold are released, once for the query, exactly as
+      without the block measures; a released group's block value is the block vector's entry
+      for that key (NULL: 0). Releasing chosen entries of a noisy vector indexed by all keys is
+      post-processing of it, so the query is (selection and ordinary measures) composed with
+      (the block measures): epsilons (rho under zCDP) and deltas add.
+
+    Totality: the join reads the keys as text (keys.py) with COALESCE and IS NULL, which cannot
+    fail; equality of texts and of booleans, so PostgreSQL can hash a FULL JOIN (IS NOT DISTINCT
+    FROM it cannot); the measures are passed through unchanged.
+    """
+    samples = tuple(m for m in plan.measures if m.sample is not None)
+    others = tuple(m for m in plan.measures if m.sample is None)
+    if not (others or plan.quantiles or plan.distincts):
+        return sample_aggregate(plan, d)
+    main = general(replace(plan, measures=others, units_only=False))
+    before = {f"_k{i}" for i in range(len(plan.keys))} | {m.name for m in others} | {"_units"}
+    after = [e.alias_or_name for e in main.expressions if e.alias_or_name not in before]   # _dc*, then _qh*
+    blocks = sample_aggregate(replace(plan, measures=samples, selection=None), d)
+    nk = len(plan.keys)
+    m_, s_ = "_m", "_s"
+    key = lambda i, t: exp.column(f"_k{i}", table=t)
+    full = plan.selection is None
+    cols: list[exp.Expression] = []
+    for i in range(nk):
+        value = exp.Coalesce(this=key(i, m_), expressions=[key(i, s_)]) if full else key(i, m_)
+        cols.append(exp.alias_(value, f"_k{i}", copy=False))
+    cols += [exp.alias_(exp.column(m.name, table=s_ if m.sample is not None else m_), m.name, copy=False)
+             for m in plan.measures]
+    if plan.selection is not None:
+        cols.append(exp.alias_(exp.column("_units", table=m_), "_units", copy=False))
+    cols += [exp.alias_(exp.column(name, table=m_), name, copy=False) for name in after]
+    sel = exp.Select(expressions=cols, from_=exp.From(this=subquery(main, m_)))
+    if not nk:
+        return sel.join(subquery(blocks, s_), join_type="CROSS", copy=False)
+    empty = exp.Literal.string("")
+    on = _and([exp.And(this=exp.EQ(this=exp.Coalesce(this=key(i, m_), expressions=[empty.copy()]),
+                                   expression=exp.Coalesce(this=key(i, s_), expressions=[empty.copy()])),
+                       expression=exp.EQ(this=exp.Paren(this=exp.Is(this=key(i, m_), expression=exp.Null())),
+                                         expression=exp.Paren(this=exp.Is(this=key(i, s_), expression=exp.Null()))))
+               for i in range(nk)])
+    return sel.join(subquery(blocks, s_), on=on, join_type="FULL" if full else "LEFT", copy=False)

@@ -59,9 +59,87 @@ def test_unbounded_argument_refused():
         _plan("SELECT CORR(age, visit_id) FROM visits JOIN people USING (person_id)")
 
 
-def test_mixing_with_other_aggregates_refused():
-    with pytest.raises(QueryRejected, match="beside other aggregates"):
-        _plan("SELECT COUNT(*), CORR(age, income) FROM people")
+@pytest.mark.parametrize("sql, kinds", [
+    ("SELECT COUNT(*), CORR(age, income) FROM people", ["count", "sample"]),
+    ("SELECT state, COUNT(*), AVG(income), CORR(age, income) FROM people GROUP BY state",
+     ["count", "sum", "count", "sample"]),
+    ("SELECT state, CORR(age, income), COUNT(*), COVAR_POP(age, income), REGR_SLOPE(income, age), "
+     "VARIANCE(age) FROM people GROUP BY state", ["sample", "count", "sample", "sample", "sum", "count", "sum"]),
+    ("SELECT sex, SUM(income) FILTER (WHERE age > 30), CORR(age, income) FILTER (WHERE age > 30) FROM people "
+     "WHERE state = 'CA' GROUP BY sex", ["sum", "sample"]),
+    ("SELECT COUNT(*) * 2 + 1, CORR(age, income) / 2 FROM people", ["count", "sample"]),
+])
+def test_mixing_with_other_aggregates_accepted(sql, kinds):
+    """Each measure, sample-and-aggregate or not, is one noisy part at an equal share of epsilon;
+    nothing else changes (the same L0, the same mechanism)."""
+    plan = _plan(sql)
+    assert [m.kind for m in plan.measures] == kinds
+    assert [s.target for s in plan.noise] == [m.name for m in plan.measures]
+    assert all(s.epsilon == pytest.approx(1.0 / len(kinds)) and s.mechanism == "laplace" for s in plan.noise)
+    assert plan.cost.epsilon == pytest.approx(1.0) and plan.selection is None
+    for m, s in zip(plan.measures, plan.noise):
+        if m.kind == "sample":
+            assert s.linf == pytest.approx(float(m.hi - m.lo) / 10) and s.l1 == pytest.approx(plan.l0 * s.linf)
+
+
+def test_mixing_splits_delta_and_selection_once():
+    """Gaussian: delta split over the measures and partition selection; one selection for the query
+    (a key with no public domain: visit_date), its own share of epsilon."""
+    sql = ("SELECT v.visit_date, COUNT(*), CORR(v.cost, p.age), AVG(v.cost) FROM visits v JOIN people p "
+           "ON v.person_id = p.person_id GROUP BY v.visit_date")
+    plan = analyze(classify(sql).tree, _policy(ALLOW), SCHEMA, Settings(2.0, 1e-6, "gaussian"), "duckdb")
+    assert [m.kind for m in plan.measures] == ["count", "sample", "sum", "count"]
+    assert plan.selection is not None and plan.selection_noise.epsilon == pytest.approx(2.0 / 5)
+    assert all(s.epsilon == pytest.approx(2.0 / 5) and s.delta == pytest.approx(1e-6 / 5) for s in plan.noise)
+    assert plan.selection.delta == pytest.approx(1e-6 / 5)
+    assert plan.cost.epsilon == pytest.approx(2.0) and plan.cost.delta == pytest.approx(1e-6)
+
+
+@pytest.mark.parametrize("sql, parts", [
+    ("SELECT MEDIAN(age), CORR(age, income) FROM people", 2),
+    ("SELECT COUNT(DISTINCT education), CORR(age, income) FROM people", 2),
+    ("SELECT state, COUNT(*), PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY income), COUNT(DISTINCT education), "
+     "COVAR_POP(age, income) FROM people GROUP BY state", 4),
+])
+def test_mixing_with_quantiles_and_distinct_counts_accepted(sql, parts):
+    """Quantiles and COUNT(DISTINCT col) are measures too: one share of epsilon each; the rewrite
+    returns them after the measures (and _units), as the Session reads them."""
+    from dpsql.rewrite import rewrite
+    plan = _plan(sql)
+    assert len(plan.noise) == parts and all(s.epsilon == pytest.approx(1.0 / parts) for s in plan.noise)
+    names = [e.alias_or_name for e in rewrite(plan, "postgres").expressions]
+    tail = [dc.name for dc in plan.distincts] + sorted({q.hist for q in plan.quantiles})
+    assert names == [f"_k{i}" for i in range(len(plan.keys))] + [m.name for m in plan.measures] + tail
+
+
+@pytest.mark.parametrize("sql, join", [
+    ("SELECT state, COUNT(*), CORR(age, income) FROM people GROUP BY state", "FULL JOIN"),
+    ("SELECT COUNT(*), CORR(age, income) FROM people", "CROSS JOIN"),
+    ("SELECT v.visit_date, COUNT(*), CORR(v.cost, p.age) FROM visits v JOIN people p "
+     "ON v.person_id = p.person_id GROUP BY v.visit_date", "LEFT JOIN"),
+])
+def test_mixed_rewrite_joins_the_parts_on_the_keys(sql, join):
+    """One SELECT: the general passes' result (_m) and the block rewrite's (_s) joined by the text
+    keys, FULL on public domains (each part's groups kept), LEFT from the ordinary part under
+    partition selection (its groups are the candidates); columns in the plan's measure order, then
+    _units; the block part has no _units of its own."""
+    from sqlglot import exp
+
+    from dpsql.rewrite import rewrite, to_sql
+    plan = _plan(sql)
+    for dialect in ("duckdb", "postgres", "spark"):
+        tree = rewrite(plan, dialect)
+        names = [e.alias_or_name for e in tree.expressions]
+        assert names == [f"_k{i}" for i in range(len(plan.keys))] + [m.name for m in plan.measures] + \
+            (["_units"] if plan.selection is not None else [])
+        joins = tree.args["joins"]
+        assert len(joins) == 1 and joins[0].this.alias == "_s"
+        text = to_sql(plan, dialect)
+        assert join in text.upper().replace("FULL OUTER", "FULL").replace("LEFT OUTER", "LEFT")
+        assert "IS NOT DISTINCT FROM" not in text.upper()       # a FULL JOIN PostgreSQL can hash
+        s_part = joins[0].this.this
+        assert "_units" not in [e.alias_or_name for e in s_part.expressions]
+        assert any(isinstance(n, exp.Corr) for n in s_part.find_all(exp.Corr))
 
 
 def test_corr_range_and_sensitivity():
@@ -110,3 +188,23 @@ def test_explain_names_k_and_the_range():
                                 recon=None, cached=False, series=None)
     value = next(r for r in rows if r[0] == "value")
     assert "k = 10 blocks" in value[8] and "[-1, 1]" in value[8] and value[3] == pytest.approx(0.2)
+
+
+def test_explain_mixed_shows_each_measure():
+    """EXPLAIN DP of a mixed query: one value row per measure, each with its mechanism and its share
+    of epsilon; the block measures name k and the range; the charge says how it is split."""
+    from dpsql import explain
+    from dpsql.cost import Cost
+    from dpsql.noise.mechanisms import make_mechanism
+    from dpsql.rewrite import to_sql
+    plan = _plan("SELECT state, COUNT(*), AVG(income), CORR(age, income), COVAR_POP(age, income) "
+                 "FROM people GROUP BY state")
+    mechs = {s.target: make_mechanism(s.mechanism, s.sensitivity, s.epsilon, s.delta) for s in plan.noise}
+    rows = explain.private_rows(plan, to_sql(plan), mechs, None, charged=Cost(1.0, 0.0, 0.5), surcharge=0.0,
+                                recon=None, cached=False, series=None)
+    values = [r for r in rows if r[0] == "value"]
+    assert [r[1] for r in values] == [m.label for m in plan.measures]
+    assert all(r[2] == "laplace" and r[4] == pytest.approx(0.2) for r in values)
+    assert sum("sample-and-aggregate over k = 10" in r[8] for r in values) == 2
+    charge = next(r for r in rows if r[0] == "charge")
+    assert "split evenly over 5 noisy part(s)" in charge[8]

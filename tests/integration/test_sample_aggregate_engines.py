@@ -58,3 +58,107 @@ def test_sample_aggregate_with_partition_selection(target, connect):  # noqa: F8
     cur.execute("EXPLAIN DP (WIDE) SELECT v.visit_date, CORR(v.cost, p.age) AS c FROM visits v JOIN people p "
                 "ON v.person_id = p.person_id GROUP BY v.visit_date")
     assert any(r[0] == "partition_selection" for r in cur.fetchall())
+
+
+# -- sample-and-aggregate beside other aggregates (dpsql.rewrite.sample_aggregate.combined)
+
+MIXED = ("SELECT state, COUNT(*) AS n, AVG(income) AS a, CORR(age, income) AS c, "
+         "COVAR_POP(age, income) AS v FROM people GROUP BY state")
+MIXED_TRUTH = (f"SELECT state, COUNT(*), AVG(LEAST(GREATEST(income, 0), 500000)), CORR({CLAMP}), COVAR_POP({CLAMP}) "
+               "FROM people GROUP BY state")
+
+
+def test_mixed_grouped_near_the_exact_answer(target, people_db, connect):  # noqa: F811
+    """COUNT and AVG (exact bounded truth: one row per person, one group each) within 10 half-widths,
+    CORR and COVAR_POP within the block estimator's sampling error (k = 8 blocks of about 30 people
+    per state: loose) plus 10 half-widths; every state of the public domain released."""
+    cur = connect(target, functions=FUNCTIONS).cursor()
+    cur.execute(MIXED)
+    rows = sorted(zip(cur.fetchall(), cur.half_widths))
+    want = {r[0]: r[1:] for r in _truth(people_db, MIXED_TRUTH)}
+    assert [r[0] for r, _ in rows] == sorted(want)
+    assert [d[0] for d in cur.description] == ["state", "n", "a", "c", "v"]
+    for (state, n, a, c, v), (_, hn, ha, hc, hv) in rows:
+        wn, wa, wc, wv = want[state]
+        assert all(h is not None for h in (hn, ha, hc, hv))
+        assert abs(n - wn) <= 10 * hn + 1e-9 and abs(a - wa) <= 10 * ha + 1e-6 * abs(wa)
+        assert -1 <= c <= 1 and abs(c - wc) <= 0.6 + 10 * hc, (state, c, wc, hc)
+        assert abs(v) <= 120 * 500000 / 4 and abs(v - wv) <= 6e5 + 10 * hv, (state, v, wv, hv)
+    key, *acc = cur.accuracy
+    assert key is None and all(a.mechanism == "laplace" and a.ci95 is not None for a in acc)
+    assert acc[0].noise_scale and acc[2].noise_scale and acc[3].noise_scale    # one noisy value each
+
+
+def test_mixed_ungrouped_with_where_and_filter(target, people_db, connect):  # noqa: F811
+    cur = connect(target, functions=FUNCTIONS).cursor()
+    cur.execute("SELECT COUNT(*) AS n, SUM(income) FILTER (WHERE sex = 'F') AS s, "
+                "CORR(age, income) FILTER (WHERE sex = 'F') AS c FROM people WHERE age >= 18")
+    (n, s, c), = cur.fetchall()
+    (hn, hs, hc), = cur.half_widths
+    (wn, ws, wc), = _truth(people_db, "SELECT COUNT(*), SUM(LEAST(GREATEST(income, 0), 500000)) FILTER (WHERE sex = 'F'), "
+                                      f"CORR({CLAMP}) FILTER (WHERE sex = 'F') FROM people WHERE age >= 18")
+    assert abs(n - wn) <= 10 * hn + 1e-9 and abs(s - ws) <= 10 * hs + 1e-6 * abs(ws)
+    assert abs(c - wc) <= 0.15 + 10 * hc, (c, wc, hc)
+
+
+def test_mixed_with_partition_selection(target, people_db, connect):  # noqa: F811
+    """Keys without a public domain: selection once for the query, on the ordinary part's units;
+    the released dates are among the true ones, each with its count and a correlation in range."""
+    cur = connect(target, functions=FUNCTIONS).cursor()
+    sql = ("SELECT v.visit_date, COUNT(*) AS n, CORR(v.cost, p.age) AS c FROM visits v JOIN people p "
+           "ON v.person_id = p.person_id GROUP BY v.visit_date")
+    cur.execute(sql)
+    rows = cur.fetchall()
+    dates = {str(d) for d, in _truth(people_db, "SELECT DISTINCT visit_date FROM visits")}
+    assert rows and all(str(d) in dates and n > 0 and -1 <= c <= 1 for d, n, c in rows)
+    cur.execute("EXPLAIN DP (WIDE) " + sql)
+    plan = cur.fetchall()
+    assert sum(1 for r in plan if r[0] == "partition_selection") == 1
+
+
+def test_mixed_under_zcdp_the_rho_parts_add(people_db, tmp_path):
+    """zCDP (DuckDB; the accounting does not depend on the engine): a mixed query is charged the sum of
+    its measures' rho, block measures included, with partition selection's part; SET dpsql.rho
+    calibrates the whole query to it, split evenly."""
+    import dpsql
+    from tests.integration.test_zcdp import explain, zpolicy
+    pol = zpolicy(tmp_path)
+    pol["functions"] = FUNCTIONS
+    sql = ("SELECT v.visit_date, COUNT(*) AS n, CORR(v.cost, p.age) AS c FROM visits v JOIN people p "
+           "ON v.person_id = p.person_id GROUP BY v.visit_date")
+    with dpsql.connect(people_db, policy=pol, analyst="ann") as conn:
+        cur = conn.cursor()
+        for query in (MIXED, sql):
+            rows = explain(cur, query)
+            values = [r for r in rows if r["item"] == "value"]
+            parts = [r["rho"] for r in rows if r["item"] in ("value", "partition_selection")]
+            [charge] = [r for r in rows if r["item"] == "charge"]
+            assert len(values) == (5 if query is MIXED else 2)     # AVG is two sums
+            assert all(r["mechanism"] == "gaussian" and r["epsilon"] == pytest.approx(0.5 / len(parts))
+                       for r in values)
+            assert charge["rho"] == pytest.approx(sum(parts), rel=1e-9)
+        cur.execute("SET dpsql.rho = 0.01")
+        rows = explain(cur, MIXED)
+        [charge] = [r for r in rows if r["item"] == "charge"]
+        parts = [r["rho"] for r in rows if r["item"] == "value"]
+        assert 0.01 * (1 - 1e-6) <= charge["rho"] <= 0.01 and sum(parts) == pytest.approx(charge["rho"])
+        assert max(parts) == pytest.approx(min(parts), rel=1e-6)
+        before = conn.session.spending().rho_spent
+        cur.execute(MIXED)
+        assert len(cur.fetchall()) == 8
+        assert conn.session.spending().rho_spent - before == pytest.approx(0.01, rel=1e-6)
+
+
+def test_mixed_with_quantiles_and_distinct_counts(target, people_db, connect):  # noqa: F811
+    """A block measure beside a median and a COUNT(DISTINCT col), grouped on a public domain: each
+    near its truth (the median within a few ranks' worth of the values at a huge epsilon)."""
+    cur = connect(target, functions=FUNCTIONS).cursor()
+    cur.execute("SELECT sex, MEDIAN(age) AS m, COUNT(DISTINCT education) AS e, CORR(age, income) AS c "
+                "FROM people GROUP BY sex ORDER BY sex")
+    rows = cur.fetchall()
+    want = {r[0]: r[1:] for r in _truth(people_db, "SELECT sex, MEDIAN(LEAST(GREATEST(age, 0), 120)), "
+                                                   f"COUNT(DISTINCT education), CORR({CLAMP}) FROM people GROUP BY sex")}
+    assert [r[0] for r in rows] == sorted(want)
+    for (sex, m, e, c), (_, _, he, hc) in zip(rows, cur.half_widths):
+        wm, we, wc = want[sex]
+        assert abs(m - wm) <= 3 and abs(e - we) <= 10 * he + 1e-9 and abs(c - wc) <= 0.3 + 10 * hc, (sex, m, e, c)

@@ -159,3 +159,86 @@ def test_corr_accuracy_against_the_exact_answer(tmp_path):
         assert median < 0.25, (exact, errs)
     finally:
         s.close()
+
+
+# -- beside other aggregates (dpsql.rewrite.sample_aggregate.combined)
+
+MIXED = {
+    "grouped": "SELECT g, COUNT(*), AVG(x), CORR(x, y), SUM(y), COVAR_SAMP(x, y) FROM pts GROUP BY g",
+    "filtered": "SELECT g, SUM(x) FILTER (WHERE y > 40), REGR_SLOPE(y, x) FILTER (WHERE y > 40), COUNT(*) "
+                "FROM pts WHERE x < 90 GROUP BY g",
+    "ungrouped": "SELECT COUNT(*), CORR(x, y), VARIANCE(y), REGR_INTERCEPT(y, x) FROM pts",
+}
+
+
+def _all_values(session: Session, sql: str, salt: int) -> tuple[dict, object]:
+    """Every measure's exact value per group in released units (the engine's integer / divisor), as
+    the Session receives them; a public group the engine did not return, or a NULL, is 0."""
+    plan = session.plan(sql, cached=False)
+    rows = session.engine.run(to_sql(plan, session.engine.dialect), {"salt": salt}).rows
+    nk = len(plan.keys)
+    groups = [(v,) for v in GROUPS] if nk else [()]
+    got = {tuple(r[:nk]): r[nk:] for r in rows}
+    out = {m.name: {g: Fraction(got.get(g, (0,) * len(plan.measures))[i] or 0) / m.divisor for g in groups}
+           for i, m in enumerate(plan.measures)}
+    return out, plan
+
+
+@pytest.mark.parametrize("case", list(MIXED))
+def test_mixed_query_each_measure_within_its_sensitivity(tmp_path, pair, case):
+    """The mixed query's rewrite on D and D' (one more unit X, 40 extreme rows over every group):
+    each measure, ordinary or sample-and-aggregate, moves by at most its own Linf per group and its
+    L1 over all groups, in at most L0 groups; over all measures X moves at most L0 groups (the two
+    parts choose the same groups for a unit); block means stay in their ranges."""
+    d, d2 = pair
+    pol = _policy(tmp_path)
+    sql = MIXED[case]
+    s1, s2 = Session.open(d, pol, "a"), Session.open(d2, pol, "a")
+    try:
+        moved = set()
+        for salt in (1, 2**40 + 7, 2**62 - 3, 123456789):
+            a, plan = _all_values(s1, sql, salt)
+            b, _ = _all_values(s2, sql, salt)
+            assert {m.kind for m in plan.measures} >= {"sample", "count"}
+            specs = {s.target: s for s in plan.noise}
+            touched = set()
+            for m in plan.measures:
+                spec = specs[m.name]
+                diffs = {g: abs(b[m.name][g] - a[m.name][g]) for g in a[m.name]}
+                tol = 1 + Fraction(1, 10**12)
+                assert all(x <= Fraction(spec.linf) * tol for x in diffs.values()), (m.label, salt, diffs)
+                assert sum(diffs.values()) <= Fraction(spec.l1) * tol, (m.label, salt, diffs)
+                touched |= {g for g, x in diffs.items() if x > 0}
+                if m.sample is not None:
+                    mid = (m.lo + m.hi) / 2
+                    assert all(m.lo <= mid + v <= m.hi for v in list(a[m.name].values()) + list(b[m.name].values()))
+                    moved |= {m.name for x in diffs.values() if x > 0}
+            assert len(touched) <= plan.l0, (salt, touched)
+        assert any(m.sample is not None and m.name in moved for m in plan.measures)   # X reached a block
+    finally:
+        s1.close()
+        s2.close()
+
+
+def test_mixed_release_accuracy(tmp_path):
+    """The released COUNT and CORR of one mixed query (epsilon 2: 1 each, k = 16), seeded, against the
+    exact answers: the count within 10 Laplace scales every time, the median CORR error small."""
+    rows = _rows(4000, 3)
+    db = _db(tmp_path / "mix.duckdb", rows)
+    con = duckdb.connect(db, read_only=True)
+    exact_corr, = con.execute("SELECT CORR(x, y) FROM pts").fetchone()
+    bounded_count, = con.execute("SELECT SUM(LEAST(n, 5)) FROM (SELECT COUNT(*) AS n FROM pts GROUP BY pid)").fetchone()
+    con.close()
+    s = Session.open(db, _policy(tmp_path, blocks=16), "a", rng=SeededRng(11))
+    try:
+        s.execute("SET dpsql.epsilon = 2")
+        errs = []
+        for _ in range(20):
+            r = s.execute("SELECT COUNT(*) AS n, CORR(x, y) AS c FROM pts")
+            (n, c), = r.rows
+            assert abs(n - bounded_count) <= 10 * 5 and -1 <= c <= 1     # Laplace scale 5 / 1
+            errs.append(abs(c - exact_corr))
+        errs.sort()
+        assert errs[len(errs) // 2] < 0.25, (exact_corr, errs)
+    finally:
+        s.close()
