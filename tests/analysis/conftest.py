@@ -1587,13 +1587,6 @@ class _Walk(Values):
             for n in exprs[big]:
                 self.replace(n, f"{text} IS NULL")
             sizes[big] = 2
-        aggs = [t for c in (*items, *self.trees(node, "having_clause", "order_clause"))
-                for t in c.iter_subtrees_topdown() if t.data == "aggregate"]
-        sample = [a for a in aggs if a.children[0].type == "SAMPLE_FN"]
-        if sample and len(sample) < len(aggs):
-            self.bad("V4: a sample-and-aggregate function beside other aggregates")
-            for a in sample:
-                self.replace(a, "COUNT(*)")
         return outputs
 
     def reads_column(self, node) -> bool:
