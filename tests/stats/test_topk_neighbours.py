@@ -26,7 +26,6 @@ import pytest
 
 from dpsql.analysis.topk import TARGET
 from dpsql.noise.topk import NoisyTopK
-from dpsql.rewrite import SALT, to_sql
 from tests.stats.test_neighbours import (  # noqa: F401 (fixtures)
     N_PILOT,
     STATES,
@@ -34,6 +33,7 @@ from tests.stats.test_neighbours import (  # noqa: F401 (fixtures)
     Shape,
     _salts,
     _seed,
+    assert_fast_path_ships,
     databases,
     dp_violations,
     open_session,
@@ -135,15 +135,6 @@ def test_the_value_column_keeps_its_own_noise(databases, open_session):  # noqa:
 def test_fast_path_is_the_shipped_release(name, databases, open_session):  # noqa: F811
     """Same seed: Session.execute (with SET dpsql.topk) and the cached-engine path used above
     release identical tables, so the inequality is tested on what ships."""
-    shape, seed = SHAPES[name], _seed("topk-fast-" + name)
-    shipped = open_session(databases["D"], seed, shape, threads=1)
-    ours = open_session(databases["D"], seed, shape, threads=1)
-    plan = ours.plan(shape.sql)
-    assert plan.topk is not None
-    text = to_sql(plan, ours.engine.dialect)
-    mechs, sel = ours._mechanisms(plan)
-    for _ in range(3):
-        want = shipped.execute(shape.sql)
-        bind = {SALT: ours.rng.randbits(63)} if plan.group_choice else None
-        got = ours._noise(plan, ours.engine.run(text, bind).rows, mechs, sel)
-        assert got.columns == want.columns and got.rows == want.rows
+    def is_topk(plan) -> None:
+        assert plan.topk is not None
+    assert_fast_path_ships(databases["D"], SHAPES[name], _seed("topk-fast-" + name), open_session, is_topk)
