@@ -65,6 +65,10 @@ class EngineDialect:
     narrow_sums: sums are computed in BIGINT wherever the bounds prove they fit, and only the
         engine's SUM widens them (PostgreSQL: SUM(int8) accumulates in 128-bit integers, where its
         NUMERIC arithmetic and NUMERIC sums are several times slower; dpsql.rewrite.aggregates).
+    having_to_where: the planner moves a HAVING condition that holds no aggregate into WHERE, even a
+        CASE (PostgreSQL), so a group-level filter meant for groups runs on every row; the primary-key
+        shortcut's domain filter then also says COUNT(*) > 0 (true of every group) to stay a group
+        filter (dpsql.rewrite.unique_unit).
     real: the type fractional row expressions are computed in (dpsql.analysis.expressions), one in
         which arithmetic on values within the declared bounds cannot fail: DOUBLE on DuckDB and
         Spark (IEEE: no error on any result); NUMERIC on PostgreSQL, whose float8 raises on
@@ -88,6 +92,7 @@ class EngineDialect:
     real: str = "DOUBLE"
     path_catalog: str | None = None
     narrow_sums: bool = False
+    having_to_where: bool = False
 
     def wide(self, value: int) -> exp.Expression:
         """An integer literal in the engine's widest exact integer type."""
@@ -98,7 +103,8 @@ DIALECTS: dict[str, EngineDialect] = {
     "duckdb": EngineDialect("duckdb", _duckdb_hash, "arg_min", False, "HUGEINT", False, False, "DOUBLE",
                             False, False, True, path_catalog="dpsql_files"),
     "postgres": EngineDialect("postgres", _postgres_hash, None, True, "NUMERIC", False, False, "NUMERIC",
-                              True, True, False, real="NUMERIC", narrow_sums=True),
+                              True, True, False, real="NUMERIC", narrow_sums=True,
+                              having_to_where=True),
     "spark": EngineDialect("spark", _spark_hash, "min_by", False, "DECIMAL(38, 0)", True, True, "DOUBLE",
                            False, False, True, ntz_timestamp_literals=True, linear_like=True),
 }
