@@ -54,6 +54,7 @@ HERE = Path(__file__).resolve().parent
 DATA_DIR = HERE / ".data"
 DEFAULT_OUT = HERE / "results" / "core.md"
 
+LARGE = 5_000_000         # sizes from here take --repeat-large runs (and no separate warm-up on PostgreSQL)
 FLOOR_TARGET = 1.2        # dpsql <= 1.2x floor
 PK_TARGET = 1.5           # on people_pk: dpsql <= 1.5x raw
 OVERHEAD_TARGET_MS = 2.0  # parse + analysis + rewrite p50
@@ -582,10 +583,12 @@ def _salt() -> int:
     return random.getrandbits(63)   # what dpsql binds: a fresh 63-bit integer per query
 
 
-def time_interleaved(tasks: dict[str, Callable[[], object]], repeat: int) -> dict[str, list[float]]:
-    """Wall-clock ms of each task's runs after one warm-up; rounds interleave tasks in rotating order."""
+def time_interleaved(tasks: dict[str, Callable[[], object]], repeat: int,
+                     warmup: bool = True) -> dict[str, list[float]]:
+    """Wall-clock ms of each task's runs after one warm-up (unless warmup is False); rounds
+    interleave tasks in rotating order."""
     names = list(tasks)
-    for name in names:
+    for name in names if warmup else ():
         tasks[name]()
     samples: dict[str, list[float]] = {n: [] for n in names}
     for r in range(repeat):
@@ -761,7 +764,10 @@ class Split:
             obj.__dict__.pop(name, None)
 
 
-def measure_query(conn, raw, q: Query, repeat: int, checks: list[Check]) -> Row:
+def measure_query(conn, raw, q: Query, repeat: int, checks: list[Check], warmup: bool = True) -> Row:
+    """warmup False: no separate warm-up round for the main tasks (verify has just run dpsql's
+    rewrite and every floor variant once on the same data: used for PostgreSQL at 5M people and more,
+    where one round of Q6 takes minutes)."""
     cur = conn.cursor()
     pg = _is_pg(raw)
 
@@ -781,7 +787,7 @@ def measure_query(conn, raw, q: Query, repeat: int, checks: list[Check]) -> Row:
     for f in (q.pg_floors if pg else q.floors):
         if f.name in good:
             tasks["floor:" + f.name] = plain(f.sql)
-    samples = time_interleaved(tasks, repeat)
+    samples = time_interleaved(tasks, repeat, warmup)
     parts: dict[str, float] = {}
     if q.pk:   # timed apart: right after a 10M-group aggregation, a 1 ms query runs several times slower
         split = Split(conn)
@@ -949,7 +955,7 @@ def run_size(people: int, repeat: int, *, threads: int, data_dir: Path = DATA_DI
                 if not c.ok:
                     log(f"!!! {engine} {people:,} people, {q.key} floor variant {c.variant!r} DISAGREES with "
                         f"dpsql's rewrite: {c.detail}")
-            row = measure_query(conn, raw, q, repeat, checks)
+            row = measure_query(conn, raw, q, repeat, checks, warmup=not (pg and people >= LARGE))
             if not pg:
                 memory["duckdb_max"] = max(memory.get("duckdb_max", 0), _duckdb_memory(raw))
             row.python_peak = python_peak(conn, q.sql)
@@ -1044,7 +1050,9 @@ TABLE_HEADER = ("| query | dpsql ms | floor ms | raw ms | dpsql/floor | dpsql/ra
 def render_size(res: SizeResult) -> str:
     label = "PostgreSQL" if res.engine == "postgres" else "DuckDB"
     lines = [f"## {label}: {res.people:,} people ({res.visits:,} visits)", "",
-             f"Median of {res.repeat} runs after one warm-up, {res.engine_info}; "
+             f"Median of {res.repeat} runs after "
+             f"{'the verification run (no separate warm-up)' if res.engine == 'postgres' and res.people >= LARGE else 'one warm-up'}"
+             f", {res.engine_info}; "
              f"load average (1/5/15 min) {_load(res.load[0])} at start, {_load(res.load[1])} at end; "
              f"this size took {res.seconds:.0f} s{' (data generated)' if res.generated else ''}.", "",
              TABLE_HEADER, "|" + "---|" * 11]
@@ -1215,7 +1223,7 @@ def main(argv: list[str] | None = None) -> int:
     log = lambda msg: print(msg, file=sys.stderr, flush=True)   # noqa: E731
     results = []
     for n in sizes:
-        repeat = args.repeat_large if (args.repeat_large and n >= 5_000_000) else args.repeat
+        repeat = args.repeat_large if (args.repeat_large and n >= LARGE) else args.repeat
         for engine in engines:
             log(f"size {n:,}, {engine}: repeat {repeat}")
             results.append(run_size(n, repeat, threads=args.threads, data_dir=args.data_dir, log=log,
