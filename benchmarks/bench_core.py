@@ -927,7 +927,8 @@ def _duckdb_memory(raw) -> int:
 
 def run_size(people: int, repeat: int, *, threads: int, data_dir: Path = DATA_DIR,
              log: Callable[[str], None] = print, engine: str = "duckdb", pg_admin: str = PG_ADMIN,
-             queries: tuple[str, ...] | None = None) -> SizeResult:
+             queries: tuple[str, ...] | None = None, floors: dict[str, set[str]] | None = None) -> SizeResult:
+    """One size on one engine. floors: query key -> the floor variants to run (default: all)."""
     start = time.perf_counter()
     load0 = os.getloadavg()
     reset = _reset_peak_rss()
@@ -950,6 +951,10 @@ def run_size(people: int, repeat: int, *, threads: int, data_dir: Path = DATA_DI
         for q in QUERIES:
             if (pg and not q.pg_floors) or (queries and q.key not in queries):
                 continue
+            if floors and q.key in floors:
+                keep = floors[q.key]
+                q = dataclasses.replace(q, floors=tuple(f for f in q.floors if f.name in keep),
+                                        pg_floors=tuple(f for f in q.pg_floors if f.name in keep))
             checks = verify(conn, raw, q)
             for c in checks:
                 if not c.ok:
@@ -959,7 +964,7 @@ def run_size(people: int, repeat: int, *, threads: int, data_dir: Path = DATA_DI
             if not pg:
                 memory["duckdb_max"] = max(memory.get("duckdb_max", 0), _duckdb_memory(raw))
             row.python_peak = python_peak(conn, q.sql)
-            if row.vs_floor is not None and row.vs_floor > FLOOR_TARGET:
+            if row.vs_floor is not None and row.vs_floor > FLOOR_TARGET and not (pg and people >= LARGE):
                 rewrite = to_sql(conn.session.plan(q.sql), conn.session.engine.dialect)
                 floor_sql = next(f.sql for f in (q.pg_floors if pg else q.floors) if f.name == row.floor_name)
                 row.profile = {"dpsql rewrite": profile_operators(raw, rewrite),
@@ -1214,11 +1219,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pg-admin", default=PG_ADMIN,
                     help="a PostgreSQL URL whose server gets the database dpsql_core (loaded once per size)")
     ap.add_argument("--queries", default="", help="comma-separated query keys to run (default: all)")
+    ap.add_argument("--floors", default="",
+                    help="restrict floor variants, e.g. Q2:distinct_on,Q5:row_number (default: every variant)")
     args = ap.parse_args(argv)
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     if not engines or set(engines) - {"duckdb", "postgres"}:
         ap.error("--engines takes duckdb and/or postgres")
     only = tuple(k.strip().upper() for k in args.queries.split(",") if k.strip()) or None
+    floors: dict[str, set[str]] = {}
+    for item in filter(None, (x.strip() for x in args.floors.split(","))):
+        key, _, name = item.partition(":")
+        floors.setdefault(key.upper(), set()).add(name)
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()]
     log = lambda msg: print(msg, file=sys.stderr, flush=True)   # noqa: E731
     results = []
@@ -1227,7 +1238,7 @@ def main(argv: list[str] | None = None) -> int:
         for engine in engines:
             log(f"size {n:,}, {engine}: repeat {repeat}")
             results.append(run_size(n, repeat, threads=args.threads, data_dir=args.data_dir, log=log,
-                                    engine=engine, pg_admin=args.pg_admin, queries=only))
+                                    engine=engine, pg_admin=args.pg_admin, queries=only, floors=floors or None))
     path, _ = ensure_data(sizes[0] if sizes else 1000, args.data_dir)
     conn, raw = open_connections(path, args.threads, _fresh_ledger(args.data_dir))
     try:
