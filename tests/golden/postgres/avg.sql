@@ -31,7 +31,6 @@ FROM (
     FROM people AS people
     WHERE
       NOT people.person_id IS NULL
-    OFFSET 0
   ) AS _rows
   GROUP BY
     _u

@@ -37,7 +37,6 @@ FROM (
     WHERE
       NOT people.person_id IS NULL
       AND people.state IN ('CA', 'FL', 'IL', 'NY', 'OH', 'PA', 'TX', 'WA')
-    OFFSET 0
   ) AS _rows
   GROUP BY
     _u,

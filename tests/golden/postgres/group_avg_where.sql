@@ -47,7 +47,6 @@ FROM (
     WHERE
       NOT people.person_id IS NULL
       AND people.education IN ('none', 'high_school', 'bachelor', 'master', 'phd')
-    OFFSET 0
   ) AS _rows
   GROUP BY
     _u,

@@ -46,7 +46,6 @@ FROM (
     WHERE
       NOT v.person_id IS NULL
       AND v.kind IN ('checkup', 'lab', 'specialist', 'emergency')
-    OFFSET 0
   ) AS _rows
   GROUP BY
     _u,

@@ -42,7 +42,6 @@ FROM (
     WHERE
       NOT visits.person_id IS NULL
       AND visits.state IN ('CA', 'FL', 'IL', 'NY', 'OH', 'PA', 'TX', 'WA')
-    OFFSET 0
   ) AS _rows
   GROUP BY
     _u,

@@ -29,7 +29,6 @@ FROM (
     WHERE
       NOT people_pk.person_id IS NULL
       AND people_pk.state IN ('CA', 'FL', 'IL', 'NY', 'OH', 'PA', 'TX', 'WA')
-    OFFSET 0
   ) AS _rows
   GROUP BY
     _u,
