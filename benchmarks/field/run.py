@@ -174,6 +174,9 @@ def dpsql_policy(ledger: Path) -> dict:
     pol = datagen.demo_policy(ledger=str(ledger), epsilon=1e12, delta=0.5, query_epsilon=EPSILON)
     pol["defaults"]["delta"] = DELTA
     pol["reconstruction"] = {"cache_lifetime": 0}    # every release is a fresh draw (and charged)
+    # No release-timing floor or quantum (a policy's choice of latency, not work: as in bench_core);
+    # with the defaults every dpsql time here would be rounded up to a multiple of the quantum.
+    pol["timing"] = {"quantum": 0, "floor": 0}
     return pol
 
 
