@@ -100,3 +100,23 @@ def test_overhead_table_and_report(bench, result, data_dir):
         assert 0 < _number(r[1]) <= _number(r[2])
     report = bench.render_report([result], over, ledger, 5, ["--sizes", "2000"])
     assert "DuckDB" in report and "cores" in report and "2,000 people" in report
+
+
+def test_postgres_floors_split_and_memory(bench, data_dir, result, postgres_server):
+    """--engines postgres at 2,000 people: every PostgreSQL floor agrees with dpsql's rewrite, the pk
+    split has a row per pk query with its parts, and the memory table a row per engine."""
+    pg = bench.run_size(2000, 1, threads=1, data_dir=data_dir, log=lambda msg: None, engine="postgres",
+                        pg_admin=postgres_server)
+    assert [r.query.key for r in pg.rows] == [q.key for q in bench.QUERIES if q.pg_floors]
+    for row in pg.rows:
+        assert row.checks and all(c.ok for c in row.checks), [(row.query.key, c.variant, c.detail) for c in row.checks]
+        assert row.floor_name is not None
+    md = bench.render_size(pg)
+    assert "MISMATCH" not in md and "PostgreSQL" in md
+    split = _table_rows(md, "| query | pk dpsql ms | engine ms")
+    assert [r[0].split()[0] for r in split] == [q.key for q in bench.QUERIES if q.pk and q.pg_floors]
+    for r in split:
+        assert _number(r[1]) > 0 and _number(r[2]) > 0 and _number(r[3]) > 0
+        assert r[10] in ("met", "**missed**")
+    mem = _table_rows(bench.render_memory([result, pg]), "| engine | people")
+    assert len(mem) == 2 and all(_number(r[2]) > 0 for r in mem)

@@ -34,7 +34,7 @@ from dpsql.analysis import quantiles as quantile_measures
 from dpsql.analysis import reconstruction
 from dpsql.analysis import sample_aggregate as sa
 from dpsql.analysis import sensitivity as sens
-from dpsql.analysis.bind import Catalog, _conjuncts, _resolve_in, bind, exact_bounds
+from dpsql.analysis.bind import Catalog, _conjuncts, _resolve_in, bind, cast_in_bounds, exact_bounds
 from dpsql.analysis.expressions import Derived, Expressions
 from dpsql.analysis.normalize import (
     Normalized,
@@ -577,7 +577,8 @@ class _Analysis:
                 assert bounds is not None and bounds.lo is not None
                 lo, hi, scale = exact_bounds(bounds.lo, bounds.hi, bounds.sql_type, bounds.whole)
                 m = Measure(name, kind, column, centered, lo, hi, scale, label, d.sql, cond, squared,
-                            derived=d.derived)
+                            derived=d.derived,
+                            cast_in_bounds=scale != 1 and cast_in_bounds(d.sql_type, lo, hi, scale))
             else:
                 m = Measure(name, kind, column, label=label, input=d.sql if d is not None else None, filter=cond,
                             cap=cap, derived=d.derived if d is not None else None)

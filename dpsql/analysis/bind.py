@@ -380,14 +380,53 @@ def exact_bounds(lo: Fraction, hi: Fraction, sql_type: str, whole: bool) -> tupl
     Integer columns with whole bounds sum as themselves (scale 1). Anything else is clamped in
     its own type, multiplied by scale = 10^s and cast to BIGINT (rounding), then clamped again to
     the bounds rounded outward to that grid: the cast of a large double need not round exactly,
-    the second clamp makes the bounds hold whatever it does. Those outward bounds are what the
-    sensitivity uses. |bound| * scale stays below 10^17, so the cast cannot overflow.
+    the second clamp makes the bounds hold whatever it does (for DOUBLE inputs with bounds * scale
+    within 2^50 it provably holds without it, and the rewrite leaves it out: cast_in_bounds). Those
+    outward bounds are what the sensitivity uses. |bound| * scale stays below 10^17, so the cast
+    cannot overflow.
     """
     if family(sql_type) == "int" and whole:
         return lo, hi, 1
     digits = len(str(int(max(abs(lo), abs(hi))))) + 1
     scale = 10 ** max(0, min(6, 17 - digits))
     return Fraction(math.floor(lo * scale), scale), Fraction(math.ceil(hi * scale), scale), scale
+
+
+#: Types whose clamp-scale-round (dpsql.rewrite.clip.scaled_cast) provably lands in the integer
+#: bounds: IEEE binary64 (every engine's DOUBLE), and PostgreSQL's unconstrained NUMERIC (the `real`
+#: type fractional expressions are computed in there), whose arithmetic is exact.
+CAST_IN_BOUNDS_TYPES = frozenset({"double", "double precision", "float8", "float64", "numeric"})
+CAST_IN_BOUNDS_LIMIT = 2 ** 50
+
+
+def cast_in_bounds(sql_type: str, lo: Fraction, hi: Fraction, scale: int) -> bool:
+    """Whether CAST(clamp(x, lo, hi) * scale AS BIGINT) is always in [lo*scale, hi*scale], so the
+    second (integer) clamp of exact_bounds can be left out.
+
+    lo and hi are on the 10^-s grid (exact_bounds), so L = lo*scale and H = hi*scale are integers;
+    require |L|, |H| <= 2^50 and scale = 10^s <= 10^22 (exactly representable in binary64).
+
+    binary64 (round to nearest): the clamp compares in the column's type and returns x itself, or
+    the bound literal converted to it, fl(hi) or fl(lo) (a NULL stays NULL; NaN compares above
+    every number on DuckDB, PostgreSQL and Spark, so it becomes fl(hi); +-Infinity become the
+    bounds). So v = clamp(x) satisfies fl(lo) <= v <= fl(hi). The product fl(v * scale) is
+    monotone in v (a correctly rounded multiplication by a positive constant), so it lies between
+    fl(fl(lo) * scale) and fl(fl(hi) * scale). Now |fl(hi) - hi| <= |hi| * 2^-53, so
+    |fl(hi) * scale - H| <= |H| * 2^-53 <= 1/8, and rounding that product moves it by at most half
+    an ulp at magnitude <= 2^50 + 1/8, i.e. 1/8 (2^51 would make it 1/4). So fl(fl(hi) * scale) is
+    within 1/4 of H, and likewise for L. The final rounding to an integer (DuckDB's CAST rounds
+    half away from zero, PostgreSQL's half to even, Spark's ROUND half up; each is monotone and
+    maps every number within 1/4 of an integer to that integer) therefore gives a result in
+    [L, H]. NUMERIC (PostgreSQL): the clamp, the product and the bounds are exact, and L, H are
+    integers, so the cast returns an integer in [L, H] outright.
+
+    Other types keep both clamps: FLOAT/REAL (binary32: fl32(hi) * 10^6 can be thousands of units
+    above H), DECIMAL columns (DuckDB may compare and scale them through DOUBLE of a scaled
+    integer beyond 2^53), integers with fractional bounds. tests/rewrite/test_cast_in_bounds.py
+    checks the argument numerically and on the engines."""
+    return (sql_type.strip().lower() in CAST_IN_BOUNDS_TYPES and 1 < scale <= 10 ** 22
+            and max(abs(lo * scale), abs(hi * scale)) <= CAST_IN_BOUNDS_LIMIT
+            and (lo * scale).denominator == 1 and (hi * scale).denominator == 1)
 
 
 def _per_unit(body: exp.Select, alias: str, cat: Catalog) -> Instance:

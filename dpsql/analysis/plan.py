@@ -82,6 +82,7 @@ class Measure:
     cap: int | None = None     # per-unit count clamp instead of max_rows_per_unit
     derived: str | None = None # a row expression's derived range, for EXPLAIN DP
     sample: Any = None         # kind "sample": dpsql.analysis.sample_aggregate.SampleAggregate
+    cast_in_bounds: bool = False  # the scaled cast alone lands in [lo_int, hi_int] (dpsql.rewrite.clip.cast_in_bounds)
 
     @property
     def divisor(self) -> int:

@@ -10,7 +10,9 @@ prove that every term fits.
 
 The rows subquery (dpsql.rewrite.rows) holds each measure's input as `_x<i>`: the column for
 counts and integer sums, the clamped, scaled, rounded BIGINT for other sums (computed once per
-row); here it only gets its integer clamp.
+row); here it only gets its integer clamp, unless the analysis proved the cast lands in the
+bounds by itself (Measure.cast_in_bounds: DOUBLE and PostgreSQL NUMERIC inputs with
+|bound| * scale <= 2^50; the argument is dpsql.analysis.bind.cast_in_bounds).
 """
 from __future__ import annotations
 
@@ -41,7 +43,9 @@ def row_aggregate(m: Measure, d: EngineDialect) -> exp.Expression:
     """The aggregate over a unit's rows: COUNT(*), COUNT(x), SUM(v) or the centered sum."""
     if m.kind == "count":
         return exp.Count(this=exp.Star() if m.input is None else exp.column(input_name(m)))
-    value = clamp(exp.column(input_name(m)), m.lo_int, m.hi_int)
+    value = exp.column(input_name(m))
+    if not m.cast_in_bounds:       # (the scaled cast of a DOUBLE lands in the bounds by itself:
+        value = clamp(value, m.lo_int, m.hi_int)      # dpsql.analysis.bind.cast_in_bounds)
     c = m.lo_int + m.hi_int
     if (m.centered and not m.squared and d.narrow_sums
             and fits_int8(2 * m.lo_int - c, 2 * m.hi_int - c, m.lo_int, m.hi_int)):

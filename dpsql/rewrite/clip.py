@@ -3,7 +3,9 @@
 Each summed row value is clamped to [lower, upper] and held as an exact integer:
 integers stay integers; anything else becomes round(x * 10^s) as a BIGINT, clamped
 again to the bounds rounded outward to 10^-s (the bounds the sensitivity uses, see
-analysis.bind.exact_bounds). The engine then sums integers, which is exact: no
+analysis.bind.exact_bounds) -- except where analysis.bind.cast_in_bounds proves the
+rounded value already lies in them (DOUBLE and PostgreSQL NUMERIC inputs, bounds * 10^s
+within 2^50: Measure.cast_in_bounds; the per-unit sums read it, rewrite.aggregates). The engine then sums integers, which is exact: no
 floating-point accumulation can push a sum past the bounds the clamps promise
 (Casacuberta, Shoemate, Vadhan & Wagaman, CCS 2022). A clamp is total (a CASE cannot
 fail on any row), and NULLs stay NULL (ignored by SUM and COUNT(col)).

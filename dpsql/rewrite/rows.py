@@ -10,7 +10,10 @@ analyst: the analyst's WHERE is the per-row flag `_h`, evaluated inside the aggr
 DuckDB's statistics propagation, PostgreSQL's index choice, Spark's Parquet pruning): each of
 those would make run time answer a question about the data. A sum's input is the clamped,
 scaled, rounded BIGINT (dpsql.rewrite.clip.scaled_cast), computed once per row; on engines
-that do not share common subexpressions the subquery is fenced (EngineDialect.fence_rows).
+that do not share common subexpressions the subquery is fenced (EngineDialect.fence_rows) when a
+later pass reads that value more than once (its integer clamp, or a square): a sum whose cast
+lands in its bounds by itself (Measure.cast_in_bounds) reads it once, and the planner keeps its
+freedom (on PostgreSQL a sorted, parallel per-unit aggregation instead of a spilling hash).
 
 Example (visits, SUM(cost) WHERE kind = 'lab' GROUP BY state):
     SELECT visits.person_id AS _u, visits.state AS _g0,
@@ -44,7 +47,9 @@ def rows_select(plan: QueryPlan, d: EngineDialect, *, domain: bool = True, fence
             continue
         value = m.input.copy()
         if m.kind == "sum" and m.scale != 1:
-            value, scaled = scaled_cast(value, m.lo, m.hi, m.scale, d), True
+            value = scaled_cast(value, m.lo, m.hi, m.scale, d)
+            # read more than once later (the integer clamp, a square): compute it once, fenced
+            scaled = scaled or not m.cast_in_bounds or m.squared
         cols.append(exp.alias_(value, input_name(m), copy=False))
     if plan.where is not None:
         cols.append(exp.alias_(exp.Paren(this=fr.condition(plan.where, d)), "_h", copy=False))

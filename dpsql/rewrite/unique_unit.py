@@ -13,8 +13,9 @@ per group): clamping the row's values is all the bounding there is to do.
     HAVING CASE WHEN _g0 IN (<domain>) [AND COUNT(*) FILTER (WHERE _h) > 0] THEN TRUE ELSE FALSE END
 
 With no group choice, filtering groups after aggregation equals filtering rows before it, and
-engines do the former much faster (an IN list over every row); the CASE keeps the optimizer
-from pushing it below the aggregation. No rows fence on PostgreSQL here: it would cost the
+engines do the former much faster (an IN list over every row); the CASE keeps DuckDB's optimizer
+from pushing it below the aggregation, and on PostgreSQL, which moves any aggregate-free HAVING
+into WHERE, so does an added COUNT(*) > 0 (true of every group; EngineDialect.having_to_where). No rows fence on PostgreSQL here: it would cost the
 parallel scan.
 """
 from __future__ import annotations
@@ -57,6 +58,8 @@ def unique_unit(tree: exp.Select, plan: QueryPlan, d: EngineDialect) -> exp.Sele
     keep = domain_filters(plan, names=True)
     if cond is not None and plan.keys and plan.selection is not None:
         keep.append(exp.GT(this=hits(plan), expression=exp.Literal.number(0)))
+    elif keep and d.having_to_where:    # an aggregate keeps PostgreSQL from running it on every row
+        keep.append(exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(0)))
     if keep:
         sel.set("having", exp.Having(this=opaque(keep)))
     return sel

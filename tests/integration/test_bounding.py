@@ -121,3 +121,26 @@ def test_engines_agree_exactly_without_a_salted_choice(people_db, people_pg, pol
             answers.append(_exact(c.session, plan, 0))
     assert answers[0] == answers[1]
     assert answers[0]
+
+
+def test_postgres_pk_domain_filter_stays_a_group_filter(people_pg, policy):
+    """PostgreSQL moves an aggregate-free HAVING into WHERE (every row then runs the IN list); the
+    primary-key shortcut's domain filter carries COUNT(*) > 0 so it is applied to groups only
+    (EngineDialect.having_to_where), and the answer is unchanged (the engines agree, above)."""
+    import json
+
+    import psycopg
+    with dpsql.connect(people_pg, policy=policy, analyst="alice") as c:
+        sql = to_sql(c.session.plan("SELECT state, COUNT(*) FROM people_pk GROUP BY state"), "postgres")
+    assert "COUNT(*) > 0" in sql
+    with psycopg.connect(people_pg) as con:
+        plan = con.execute("EXPLAIN (FORMAT JSON) " + sql).fetchone()[0]
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+
+    def scans(node):
+        if "Scan" in node["Node Type"]:
+            yield node
+        for child in node.get("Plans") or []:
+            yield from scans(child)
+    found = list(scans(plan[0]["Plan"]))
+    assert found and all("Filter" not in s for s in found), found

@@ -12,6 +12,7 @@ from __future__ import annotations
 import tracemalloc
 
 import duckdb
+import pytest
 
 import dpsql
 
@@ -77,3 +78,43 @@ def test_python_memory_per_query_does_not_grow_with_the_table(tmp_path):
     for sql, a, b in zip(QUERIES, few, many):
         # 100x the rows: a per-row or per-person allocation would add megabytes; allow 1 MB of jitter
         assert b <= a + 1_000_000, f"{sql}: peak {b:,} bytes on 2M people vs {a:,} on 20k"
+
+
+_CAPPED_CHILD = r"""
+import json, sys
+import dpsql
+path, policy, limit, queries = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
+with dpsql.connect(path, policy=policy, analyst="a", memory_limit=limit, threads=2) as c:
+    cur = c.cursor()
+    for sql in queries:
+        cur.execute(sql)
+        assert cur.fetchall()
+with open("/proc/self/status") as fh:
+    print(next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:")))
+"""
+
+
+def _capped_peak_kb(tmp_path, path, name: str, limit: str) -> int:
+    import json
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", _CAPPED_CHILD, str(path), json.dumps(_policy(tmp_path, name)), limit,
+                           json.dumps(QUERIES[:4])], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return int(done.stdout.split()[-1])
+
+
+def test_large_table_under_an_engine_memory_cap(tmp_path):
+    """2M people with DuckDB capped at 128 MB (memory_limit): every query succeeds, and the whole
+    process's peak resident memory (dpsql, Python, DuckDB) exceeds that of the same queries on 20,000
+    people by no more than the cap and a little: nothing in dpsql grows with the table. (The cap is
+    DuckDB's own: RLIMIT_AS would count the address space its threads reserve, not memory used.)"""
+    import os
+    if not os.path.exists("/proc/self/status"):
+        pytest.skip("needs /proc (Linux) for the peak resident set")
+    small, large = tmp_path / "small.duckdb", tmp_path / "large.duckdb"
+    _make(small, 20_000)
+    _make(large, 2_000_000)
+    few = _capped_peak_kb(tmp_path, small, "cs", "128MB")
+    many = _capped_peak_kb(tmp_path, large, "cl", "128MB")
+    assert many <= few + (128 + 64) * 1024, f"peak {many // 1024} MB on 2M people vs {few // 1024} MB on 20k"

@@ -8,7 +8,7 @@ FROM (
   SELECT
     _u,
     _g0,
-    SUM(CASE WHEN _x0 < 0 THEN 0 WHEN _x0 > 2000000000 THEN 2000000000 ELSE _x0 END) AS _v0,
+    SUM(_x0) AS _v0,
     ROW_NUMBER() OVER (PARTITION BY _u ORDER BY HASH(_u, _g0, $salt)) AS _rank
   FROM (
     SELECT

@@ -15,9 +15,7 @@ SELECT
 FROM (
   SELECT
     _u,
-    SUM(
-      CAST(CASE WHEN _x0 < 0 THEN 0 WHEN _x0 > 500000000000 THEN 500000000000 ELSE _x0 END AS BIGINT) * 2 - 500000000000
-    ) AS _v0,
+    SUM(CAST(_x0 AS BIGINT) * 2 - 500000000000) AS _v0,
     COUNT(_x1) AS _v1
   FROM (
     SELECT
@@ -33,7 +31,6 @@ FROM (
     FROM people AS people
     WHERE
       NOT people.person_id IS NULL
-    OFFSET 0
   ) AS _rows
   GROUP BY
     _u

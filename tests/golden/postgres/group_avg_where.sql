@@ -17,9 +17,7 @@ FROM (
   SELECT
     _u,
     _g0,
-    SUM(
-      CAST(CASE WHEN _x0 < 0 THEN 0 WHEN _x0 > 500000000000 THEN 500000000000 ELSE _x0 END AS BIGINT) * 2 - 500000000000
-    ) FILTER(WHERE
+    SUM(CAST(_x0 AS BIGINT) * 2 - 500000000000) FILTER(WHERE
       _h) AS _v0,
     COUNT(_x1) FILTER(WHERE
       _h) AS _v1,
@@ -49,7 +47,6 @@ FROM (
     WHERE
       NOT people.person_id IS NULL
       AND people.education IN ('none', 'high_school', 'bachelor', 'master', 'phd')
-    OFFSET 0
   ) AS _rows
   GROUP BY
     _u,

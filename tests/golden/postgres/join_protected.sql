@@ -20,9 +20,7 @@ FROM (
     _g0,
     COUNT(*) FILTER(WHERE
       _h) AS _v0,
-    SUM(
-      CAST(CASE WHEN _x1 < 0 THEN 0 WHEN _x1 > 2000000000 THEN 2000000000 ELSE _x1 END AS BIGINT) * 2 - 2000000000
-    ) FILTER(WHERE
+    SUM(CAST(_x1 AS BIGINT) * 2 - 2000000000) FILTER(WHERE
       _h) AS _v1,
     COUNT(_x2) FILTER(WHERE
       _h) AS _v2,
@@ -48,7 +46,6 @@ FROM (
     WHERE
       NOT v.person_id IS NULL
       AND v.kind IN ('checkup', 'lab', 'specialist', 'emergency')
-    OFFSET 0
   ) AS _rows
   GROUP BY
     _u,

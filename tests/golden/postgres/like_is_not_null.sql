@@ -13,7 +13,7 @@ FROM (
     _g0,
     COUNT(*) FILTER(WHERE
       _h) AS _v0,
-    SUM(CASE WHEN _x1 < 0 THEN 0 WHEN _x1 > 2000000000 THEN 2000000000 ELSE _x1 END) FILTER(WHERE
+    SUM(_x1) FILTER(WHERE
       _h) AS _v1,
     COUNT(*) FILTER(WHERE
       _h) AS _hits,
@@ -42,7 +42,6 @@ FROM (
     WHERE
       NOT visits.person_id IS NULL
       AND visits.state IN ('CA', 'FL', 'IL', 'NY', 'OH', 'PA', 'TX', 'WA')
-    OFFSET 0
   ) AS _rows
   GROUP BY
     _u,

@@ -8,7 +8,7 @@ SELECT
 FROM (
   SELECT
     _u,
-    SUM(CASE WHEN _x0 < 0 THEN 0 WHEN _x0 > 500000000000 THEN 500000000000 ELSE _x0 END) FILTER(WHERE
+    SUM(_x0) FILTER(WHERE
       _h) AS _v0,
     COUNT(*) FILTER(WHERE
       _h) AS _hits
@@ -28,7 +28,6 @@ FROM (
     FROM people AS people
     WHERE
       NOT people.person_id IS NULL
-    OFFSET 0
   ) AS _rows
   GROUP BY
     _u

@@ -10,7 +10,7 @@ FROM (
   SELECT
     _u,
     _g0,
-    SUM(CASE WHEN _x0 < 0 THEN 0 WHEN _x0 > 2000000000 THEN 2000000000 ELSE _x0 END) AS _v0,
+    SUM(_x0) AS _v0,
     ROW_NUMBER() OVER (PARTITION BY _u ORDER BY HASHTEXTEXTENDED(CAST(ROW(_u, _g0) AS TEXT), %(salt)s)) AS _rank
   FROM (
     SELECT
@@ -27,7 +27,6 @@ FROM (
     WHERE
       NOT visits.person_id IS NULL
       AND visits.state IN ('CA', 'FL', 'IL', 'NY', 'OH', 'PA', 'TX', 'WA')
-    OFFSET 0
   ) AS _rows
   GROUP BY
     _u,

@@ -10,7 +10,7 @@ FROM (
   SELECT
     _u,
     _g0,
-    SUM(CASE WHEN _x0 < 0 THEN 0 WHEN _x0 > 500000000000 THEN 500000000000 ELSE _x0 END) FILTER(WHERE
+    SUM(_x0) FILTER(WHERE
       _h) AS _v0,
     COUNT(*) FILTER(WHERE
       _h) AS _hits,

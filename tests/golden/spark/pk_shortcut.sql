@@ -11,7 +11,7 @@ FROM (
   SELECT
     _u,
     _g0,
-    SUM(CASE WHEN _x0 < 0 THEN 0 WHEN _x0 > 500000000000 THEN 500000000000 ELSE _x0 END) AS _v0,
+    SUM(_x0) AS _v0,
     COUNT(*) AS _v1,
     ROW_NUMBER() OVER (PARTITION BY _u ORDER BY XXHASH64(_u, _g0, :salt) NULLS LAST) AS _rank
   FROM (
