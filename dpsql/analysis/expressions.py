@@ -21,7 +21,7 @@ END)`, `GROUP BY age / 10 * 10`, `AVG(income / 1000)`). Each admitted expression
 
 Admitted: + - * (unary -), / and % by a non-zero numeric literal (PostgreSQL's semantics: integer
 division truncates toward zero, the same on every engine), ABS, LEAST, GREATEST, ROUND, FLOOR,
-CEIL, COALESCE with a literal, CASE WHEN <condition> THEN <expr> ... [ELSE <expr>] END, and a
+CEIL, WIDTH_BUCKET with literal arguments, COALESCE with a literal, CASE WHEN <condition> THEN <expr> ... [ELSE <expr>] END, and a
 condition as a value (GROUP BY age > 50). Everything else is refused with its reason.
 """
 from __future__ import annotations
@@ -148,10 +148,12 @@ class Expressions:
             return self._date_trunc(node)
         if isinstance(node, exp.Extract):
             return self._extract(node)
+        if isinstance(node, exp.WidthBucket):
+            return self._width_bucket(node)
         name = node.name.upper() if isinstance(node, exp.Anonymous) else \
             node.sql_name() if isinstance(node, exp.Func) else type(node).__name__
         raise QueryRejected(f"{name} in an expression",
-                            "only + - * / %, ABS, LEAST, GREATEST, ROUND, FLOOR, CEIL, COALESCE, CASE, "
+                            "only + - * / %, ABS, LEAST, GREATEST, ROUND, FLOOR, CEIL, WIDTH_BUCKET, COALESCE, CASE, "
                             "date_trunc, EXTRACT/date_part and conditions are admitted in expressions, each "
                             "proven not to fail on any row")
 
@@ -296,6 +298,38 @@ class Expressions:
         if n == 0 and hi - lo < MAX_DOMAIN:
             out = _with_domain(out, set(range(int(lo), int(hi) + 1)))
         return out
+
+    def _width_bucket(self, node: exp.WidthBucket) -> Derived:
+        """WIDTH_BUCKET(x, low, high, n) with literal low < high and 1 <= n <= 10,000, as PostgreSQL
+        defines it (0 below low, n + 1 at or above high, else floor((x - low) * n / (high - low)) + 1),
+        written out so that every engine computes it the same way and none can fail (DuckDB has no
+        WIDTH_BUCKET; PostgreSQL's raises on NaN and on low = high): x is the clamped column, so no
+        NaN reaches the arithmetic, the division is by a non-zero literal, and every intermediate
+        stays in the checked range. The result is clamped to the buckets the bounds of x can reach
+        (a CASE, NULL stays NULL), so floating-point rounding at a bucket's edge cannot put a row
+        outside the derived domain, which is those buckets."""
+        a = self._num(node.this)
+        lo, hi = (_literal_number(node.args.get(k)) for k in ("min_value", "max_value"))
+        n = _literal_number(node.args.get("num_buckets")) if node.args.get("num_buckets") is not None else None
+        if lo is None or hi is None or n is None or not lo < hi or n.denominator != 1 or not 1 <= n <= MAX_DOMAIN:
+            raise QueryRejected("WIDTH_BUCKET with these arguments", "give literal bounds low < high and a "
+                                f"whole number of buckets from 1 to {MAX_DOMAIN}")
+
+        def bucket(v: Fraction) -> int:
+            return 0 if v < lo else int(n) + 1 if v >= hi else math.floor((v - lo) * n / (hi - lo)) + 1
+        b_lo, b_hi = bucket(a.lo), bucket(a.hi)
+        self._arith(exp.Null(), (a.lo - lo) * n, (a.hi - lo) * n, False, a)     # the scaled offset's range
+        x = self._as(a, False)
+        offset = exp.Div(this=exp.Mul(this=exp.Paren(this=exp.Sub(this=x.copy(), expression=_number_sql(lo))),
+                                      expression=_number_sql(n)),
+                         expression=_number_sql(hi - lo), typed=True)
+        inner = exp.Case(ifs=[exp.If(this=exp.LT(this=x.copy(), expression=_number_sql(lo)), true=_number_sql(0)),
+                              exp.If(this=exp.GTE(this=x.copy(), expression=_number_sql(hi)),
+                                     true=_number_sql(n + 1))],
+                         default=exp.Add(this=exp.Floor(this=offset), expression=_number_sql(1)))
+        sql = exp.Cast(this=_clamp(inner, Fraction(b_lo), Fraction(b_hi)), to=exp.DataType.build("BIGINT"))
+        out = self._arith(sql, Fraction(b_lo), Fraction(b_hi), True, a)
+        return _with_domain(out, {Fraction(v) for v in range(b_lo, b_hi + 1)})
 
     def _coalesce(self, node: exp.Coalesce) -> Derived:
         parts = [self.derive(node.this)] + [self.derive(e) for e in node.expressions]

@@ -262,6 +262,26 @@ class Values:
                     self.replace(node, self.render(node.children[2]))
                 return a
             return V("num", a.lo, a.hi, False, a.dom, a.unit, a.cols)
+        if word == "WIDTH_BUCKET":
+            a = self.num(node.children[2], scope)
+            lo, hi = (self.value(n, scope).lo for n in self.trees(node, "num_lit"))
+            count = int(self.toks(node, "COUNT_LIT")[0].value)
+            if not (lo < hi and 1 <= count <= MAX_DOMAIN):
+                self.bad("X2: WIDTH_BUCKET with low >= high or a bucket count outside 1..10,000")
+                self.replace(node, "1")
+                return ONE
+            n = Fraction(count)
+            scaled = [(a.lo - lo) * n, (a.hi - lo) * n]
+            if max(abs(v) for v in scaled) >= REAL_LIMIT:
+                self.bad("X2: WIDTH_BUCKET's arithmetic could overflow")
+                self.replace(node, "1")
+                return ONE
+
+            def bucket(v: Fraction) -> int:
+                return 0 if v < lo else count + 1 if v >= hi else math.floor((v - lo) * n / (hi - lo)) + 1
+            b_lo, b_hi = bucket(a.lo), bucket(a.hi)
+            return _with_dom(V("num", Fraction(b_lo), Fraction(b_hi), True, None, a.unit, a.cols),
+                             {Fraction(b) for b in range(b_lo, b_hi + 1)})
         if word in ("EXTRACT", "DATE_PART", "DATE_TRUNC"):
             inner = node.children[-2]
             a = self.value(inner, scope)

@@ -44,6 +44,9 @@ def refused(sql: str) -> str:
     ("CASE WHEN state = 'CA' THEN 1 ELSE 2 END", (1, 2)),
     ("age > 50", (False, True)),
     ("LEAST(age / 10, 5)", (0, 1, 2, 3, 4, 5)),
+    ("WIDTH_BUCKET(age, 0, 100, 10)", tuple(range(1, 12))),           # [0, 120]: no bucket 0, 11 at >= 100
+    ("WIDTH_BUCKET(age, 20, 60, 4)", tuple(range(0, 6))),
+    ("WIDTH_BUCKET(income, 0, 1000000, 4)", (1, 2, 3)),                 # 500000 is in bucket 3
 ])
 def test_group_by_an_expression_releases_its_derived_domain(expr, domain):
     p = plan(f"SELECT {expr} AS k, COUNT(*) FROM p GROUP BY {expr}")
@@ -165,3 +168,21 @@ def test_every_dialect_generates_it(dialect):
     for sql in ("SELECT age / 10 * 10 AS band, COUNT(*), SUM(score * 2), VARIANCE(income) FROM p GROUP BY band",
                 "SELECT COUNT(*) FILTER (WHERE age > 3), COUNT(DISTINCT pid) FROM p"):
         assert to_sql(plan(sql, dialect), dialect)
+
+
+@pytest.mark.parametrize("expr", ["WIDTH_BUCKET(age, 10, 10, 4)", "WIDTH_BUCKET(age, 50, 10, 4)",
+                                  "WIDTH_BUCKET(age, 0, 100, 0)", "WIDTH_BUCKET(age, 0, 100, 10001)",
+                                  "WIDTH_BUCKET(age, 0, 100, 2.5)", "WIDTH_BUCKET(age, 0, income, 4)",
+                                  "WIDTH_BUCKET(raw, 0, 100, 4)"])
+def test_width_bucket_needs_literal_bounds_and_a_bucket_count(expr):
+    refused(f"SELECT COUNT(*) FROM p GROUP BY {expr}")
+
+
+def test_width_bucket_is_clamped_to_its_domain_on_every_engine():
+    """The buckets the bounds can reach bound the SQL's result (a rounding at an edge cannot leave
+    the domain), and no engine's own WIDTH_BUCKET (missing on DuckDB, failing on NaN in PostgreSQL)
+    is called."""
+    for dialect in ("duckdb", "postgres", "spark"):
+        sql = to_sql(plan("SELECT WIDTH_BUCKET(age, 20, 60, 4) AS b, COUNT(*) FROM p GROUP BY b", dialect), dialect)
+        assert "WIDTH_BUCKET" not in sql.upper()
+        assert "THEN 0 WHEN" in sql and "> 5 THEN 5" in sql

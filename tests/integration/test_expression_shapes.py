@@ -46,6 +46,12 @@ CASES = {
         "SELECT date_part('year', visit_date) AS y, SUM(cost) AS c FROM visits WHERE kind = 'lab' GROUP BY y",
         "SELECT y, SUM(LEAST(c, 5 * 2000)) FROM (SELECT person_id, EXTRACT(year FROM visit_date) y, "
         "SUM(LEAST(GREATEST(cost, 0), 2000)) c, COUNT(*) n FROM visits WHERE kind = 'lab' GROUP BY 1, 2) GROUP BY y"),
+    "width_bucket": (
+        # PostgreSQL's WIDTH_BUCKET on the clamped age; every bucket [0, 120] can reach is released
+        "SELECT width_bucket(age, 0, 100, 5) AS b, COUNT(*) AS n FROM people GROUP BY b",
+        "SELECT b, COALESCE(n, 0) FROM range(1, 7) r(b) LEFT JOIN (SELECT CASE WHEN a >= 100 THEN 6 "
+        "ELSE CAST(floor(a * 5 / 100) AS BIGINT) + 1 END AS k, COUNT(*) n FROM (SELECT LEAST(GREATEST(age, 0), 120) "
+        "AS a FROM people WHERE age IS NOT NULL) GROUP BY 1) c ON c.k = r.b"),
     "narrowed_domain": (
         "SELECT state, COUNT(*) AS n FROM people WHERE state IN ('CA', 'NY') GROUP BY state",
         "SELECT state, COUNT(*) FROM people WHERE state IN ('CA', 'NY') GROUP BY state"),
