@@ -108,8 +108,13 @@ class Expressions:
             return self._column(node)
         lit = _literal_number(node)
         if lit is not None:
+            # typed as its derived type: an untyped whole literal is an INTEGER on DuckDB and
+            # PostgreSQL, so 2147483647 + 2147483647 in a row expression would overflow, on the rows
+            # that reach it only (an error oracle); |lit| < 10^18 fits BIGINT, and the real type
             whole = lit.denominator == 1
-            return Derived(_number_sql(lit), "num", "BIGINT" if whole else self.dialect.real, lit, lit, whole, (lit,))
+            sql_type = "BIGINT" if whole else self.dialect.real
+            return Derived(exp.Cast(this=_number_sql(lit), to=exp.DataType.build(sql_type)), "num", sql_type,
+                           lit, lit, whole, (lit,))
         if isinstance(node, exp.Literal) and node.is_string:
             return Derived(node.copy(), "text", "VARCHAR", domain=(node.this,))
         if isinstance(node, exp.Boolean):
@@ -265,10 +270,14 @@ class Expressions:
         out = self._arith(exp.Mod(this=a.sql, expression=_number_sql(abs(d))), lo, hi, True, a)
         if a.domain is not None:
             return _with_domain(out, {Fraction(math.fmod(v, abs(d))) for v in a.domain})
+        if hi - lo >= MAX_DOMAIN:   # never build a set of up to 2^53 values (memory an analyst could take)
+            return out
         return _with_domain(out, set(range(int(lo), int(hi) + 1)))
 
     def _extreme(self, node: exp.Expression) -> Derived:
         parts = [self._num(node.this)] + [self._num(e) for e in node.expressions]
+        if len(parts) == 1:         # LEAST(x) is x (Spark's LEAST and GREATEST take two or more)
+            return parts[0]
         integral = all(p.integral for p in parts)
         pick = min if isinstance(node, exp.Least) else max
         lo, hi = pick(p.lo for p in parts), pick(p.hi for p in parts)

@@ -185,6 +185,8 @@ class Values:
             out = self.limited(node, V("num", lo, hi, True), [a], node.children[0])
             if a.dom is not None:
                 return _with_dom(out, {Fraction(math.fmod(x, abs(dv))) for x in a.dom})
+            if hi - lo >= MAX_DOMAIN:
+                return out
             return _with_dom(out, {Fraction(i) for i in range(int(lo), int(hi) + 1)})
         if a.whole and dv.denominator == 1:        # integer division, truncating toward zero
             q = [_trunc(a.lo / dv), _trunc(a.hi / dv)]

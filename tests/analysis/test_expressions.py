@@ -186,3 +186,10 @@ def test_width_bucket_is_clamped_to_its_domain_on_every_engine():
         sql = to_sql(plan("SELECT WIDTH_BUCKET(age, 20, 60, 4) AS b, COUNT(*) FROM p GROUP BY b", dialect), dialect)
         assert "WIDTH_BUCKET" not in sql.upper()
         assert "THEN 0 WHEN" in sql and "> 5 THEN 5" in sql
+
+
+def test_a_wide_modulo_has_no_domain_and_builds_none():
+    """(age * 10^12) % 10^15 can take 1.2 * 10^14 values: thresholded, and the analysis never
+    enumerates them (an analyst must not be able to make the server build such a set)."""
+    p = plan("SELECT COUNT(*) FROM p GROUP BY (age * 1000000000000) % 1000000000000000")
+    assert p.keys[0].domain is None and p.selection is not None
