@@ -177,7 +177,7 @@ def run_anchor(name: str, csv_path: str, runs: int, venvs, log) -> dict:
     return out
 
 
-def run(people: int, runs: int, field: bool = True, venvs=DEFAULT_VENVS,
+def run(people: int, runs: int, field: bool = True, venvs=DEFAULT_VENVS, anchors=ANCHORS,
         log=lambda m: print(m, file=sys.stderr, flush=True)) -> dict:
     """-> {"exact": {q: v}, "errors": {q: {system: {eps: median rel. error} | reason}}, "ms": {q: ms},
     "anchors": {system: worker output or {"missing"}}, "env": str}."""
@@ -211,9 +211,9 @@ def run(people: int, runs: int, field: bool = True, venvs=DEFAULT_VENVS,
         errors[name]["dpsql"] = cell
         ms[name] = statistics.median(took) * 1000
         log(f"dpsql {name}: " + " / ".join(f"{cell[e]:.3g}" for e in EPSILONS))
-    anchors: dict[str, dict] = {}
-    for system in (ANCHORS if field else ()):
-        out = anchors[system] = run_anchor(system, csv_path, runs, venvs, log)
+    outs: dict[str, dict] = {}
+    for system in (anchors if field else ()):
+        out = outs[system] = run_anchor(system, csv_path, runs, venvs, log)
         for name, _, _ in QUERIES:
             spec = FIELD[name][system]
             if isinstance(spec, str):
@@ -232,7 +232,7 @@ def run(people: int, runs: int, field: bool = True, venvs=DEFAULT_VENVS,
     env = (f"{people:,} people, {runs} runs per cell and system, DuckDB {duckdb.__version__}, Python "
            f"{platform.python_version()}, {os.cpu_count()} CPUs, load average {load[0]:.1f}/{load[1]:.1f}/"
            f"{load[2]:.1f} at the end")
-    return {"exact": exact, "errors": errors, "ms": ms, "anchors": anchors, "env": env}
+    return {"exact": exact, "errors": errors, "ms": ms, "anchors": outs, "env": env}
 
 
 def fmt(v: float) -> str:
@@ -294,10 +294,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-field", dest="field", action="store_false", help="dpsql only")
     ap.add_argument("--venvs", type=Path, action="append",
                     help="directory holding the anchors' venvs (repeatable; default benchmarks/.field-venvs)")
+    ap.add_argument("--anchors", default=",".join(ANCHORS), help="comma-separated anchors to run")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="markdown report ('-' for stdout only)")
     args = ap.parse_args(argv)
-    res = run(args.people, args.runs, args.field, tuple(args.venvs or DEFAULT_VENVS))
-    shown = f"--people {args.people} --runs {args.runs}" + ("" if args.field else " --no-field")
+    chosen = tuple(a for a in args.anchors.split(",") if a)
+    unknown = set(chosen) - set(ANCHORS)
+    if unknown:
+        ap.error(f"unknown anchors: {', '.join(sorted(unknown))}")
+    res = run(args.people, args.runs, args.field, tuple(args.venvs or DEFAULT_VENVS), chosen)
+    shown = (f"--people {args.people} --runs {args.runs}" + ("" if args.field else " --no-field")
+             + ("" if chosen == ANCHORS else f" --anchors {args.anchors}")
+             + "".join(f" --venvs {v}" for v in args.venvs or ()))
     text = render(res, shown)
     print(text)
     if str(args.out) != "-":

@@ -226,6 +226,7 @@ def run_tumult(job: dict) -> dict:
                     query = QueryBuilder("people").quantile(q["column"], q["alpha"], lo, hi, name="v")
                     vals.append(float(sess.evaluate(query, PureDPBudget(eps)).collect()[0]["v"]))
                 res["releases"][repr(float(eps))] = vals
+                log(f"{q['key']}: epsilon {eps:g} done")
             log(f"{q['key']}: ok")
         except Exception as err:
             refused(res, err)
