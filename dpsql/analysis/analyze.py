@@ -368,6 +368,12 @@ class _Analysis:
                 and not distinct_counts.plan_distincts(self):
             raise QueryRejected("a query without aggregates", "dpsql releases only COUNT, SUM and AVG",
                                 "add COUNT(*) or another aggregate")
+        sa.check(self.measures.values())
+        if any(m.kind == "sample" for m in self.measures.values()) and (
+                quantile_measures.plan_quantiles(self) or distinct_counts.plan_distincts(self)):
+            raise QueryRejected("sample-and-aggregate beside quantiles or COUNT(DISTINCT ...)",
+                                "CORR, COVAR_* and REGR_* are answered by their own block rewrite",
+                                "ask them in a query of their own")
         wraps = self._wraps(outputs)
         if not wraps and len(self.norm.names) == len(outputs):
             outputs = [Output(n, o.expr, o.noisy, o.text) for n, o in zip(self.norm.names, outputs)]

@@ -39,8 +39,7 @@ each variance at most a quarter of its squared width, Popoviciu) and COVAR_SAMP 
 (a tiny variance of x makes the slope arbitrarily large), so the policy must declare one
 ([functions] regr_slope = { lower = ..., upper = ... }). A declared range overrides a derived one.
 
-Beside other aggregates (COUNT, SUM, AVG, VARIANCE, quantiles, COUNT(DISTINCT col)): each
-sample-and-aggregate measure is one more measure of the query,
+Beside other aggregates: each sample-and-aggregate measure is one more measure of the query,
 with its share of the query's epsilon as every measure has (dpsql.analysis.analyze._finish), and
 the same L0 and partition selection; the rewrite joins the block sums to the other measures by
 the group keys (dpsql.rewrite.sample_aggregate.combined, with the composition argument).
@@ -141,6 +140,14 @@ def measure(an, node: exp.Expression, cond: exp.Expression | None, suffix: str) 
     if mid != 0:
         value = ("add", ("lit", float(mid)), value)
     return ("clamp", value, float(m.lo), float(m.hi))
+
+
+def check(measures) -> None:
+    """Sample-and-aggregate measures may stand beside ordinary ones (COUNT, SUM, AVG, VARIANCE...):
+    each measure is its own mechanism at its share of the query's epsilon (and delta), so the
+    query composes sequentially (dpsql.rewrite.sample_aggregate.combined has the argument); the
+    analysis refuses them beside quantiles and COUNT(DISTINCT col) only (Analysis.plan)."""
+    return None
 
 
 def is_sample(m: Measure) -> bool:

@@ -135,8 +135,7 @@ def sample_aggregate(plan: QueryPlan, d: EngineDialect) -> exp.Select:
 
 
 def combined(plan: QueryPlan, d: EngineDialect, general) -> exp.Select:
-    """Sample-and-aggregate measures beside other aggregates (COUNT, SUM, AVG, VARIANCE, quantiles,
-    COUNT(DISTINCT col)), in one SELECT:
+    """Sample-and-aggregate measures beside ordinary ones, in one SELECT:
 
         SELECT COALESCE(_m._k0, _s._k0) AS _k0, _m._v0, _s._v1, _m._v2, ..., _m._units
         FROM (<the general passes over the ordinary measures>) AS _m
@@ -144,10 +143,8 @@ def combined(plan: QueryPlan, d: EngineDialect, general) -> exp.Select:
           ON COALESCE(_m._k0, '') = COALESCE(_s._k0, '') AND (_m._k0 IS NULL) = (_s._k0 IS NULL)
                                               -- with partition selection; no keys: CROSS JOIN
 
-    general(subplan) is the general rewrite (rewrite.rewrite's passes, with COUNT(DISTINCT col) and
-    the quantile histograms joined in as they always are) of the plan without its block measures.
-    Columns come back in the Session's order: keys, every measure in the plan's order, `_units`,
-    then the distinct counts and histograms.
+    general(subplan) is the general rewrite (rewrite.rewrite's passes) of a plan. Columns come
+    back in the Session's order: keys, every measure in the plan's order, then `_units`.
 
     Why two rewrites joined on the keys, not one: the ordinary measures need one row per (unit,
     group) (per-unit pre-aggregation, then clamping), the block aggregates one row per (group,
@@ -158,8 +155,7 @@ def combined(plan: QueryPlan, d: EngineDialect, general) -> exp.Select:
 
     Privacy (sequential composition; the split of epsilon and delta is the analysis's, one share
     per measure and one for partition selection): each part is a function of the data whose
-    sensitivity the analysis bounds on its own, whatever the other part does (the quantiles' and
-    distinct counts' own bounding is in their passes, unchanged). The ordinary part
+    sensitivity the analysis bounds on its own, whatever the other part does. The ordinary part
     bounds each unit to L0 groups by its group choice (group_choice.py), the block part by the
     same salted ranking of the unit's groups (passing rows first, then hash(unit, keys, salt);
     the two agree but for ties of the hash, and nothing below needs them to agree). So the
@@ -184,11 +180,9 @@ def combined(plan: QueryPlan, d: EngineDialect, general) -> exp.Select:
     """
     samples = tuple(m for m in plan.measures if m.sample is not None)
     others = tuple(m for m in plan.measures if m.sample is None)
-    if not (others or plan.quantiles or plan.distincts):
+    if not others:
         return sample_aggregate(plan, d)
     main = general(replace(plan, measures=others, units_only=False))
-    before = {f"_k{i}" for i in range(len(plan.keys))} | {m.name for m in others} | {"_units"}
-    after = [e.alias_or_name for e in main.expressions if e.alias_or_name not in before]   # _dc*, then _qh*
     blocks = sample_aggregate(replace(plan, measures=samples, selection=None), d)
     nk = len(plan.keys)
     m_, s_ = "_m", "_s"
@@ -202,7 +196,6 @@ def combined(plan: QueryPlan, d: EngineDialect, general) -> exp.Select:
              for m in plan.measures]
     if plan.selection is not None:
         cols.append(exp.alias_(exp.column("_units", table=m_), "_units", copy=False))
-    cols += [exp.alias_(exp.column(name, table=m_), name, copy=False) for name in after]
     sel = exp.Select(expressions=cols, from_=exp.From(this=subquery(main, m_)))
     if not nk:
         return sel.join(subquery(blocks, s_), join_type="CROSS", copy=False)

@@ -147,18 +147,3 @@ def test_mixed_under_zcdp_the_rho_parts_add(people_db, tmp_path):
         cur.execute(MIXED)
         assert len(cur.fetchall()) == 8
         assert conn.session.spending().rho_spent - before == pytest.approx(0.01, rel=1e-6)
-
-
-def test_mixed_with_quantiles_and_distinct_counts(target, people_db, connect):  # noqa: F811
-    """A block measure beside a median and a COUNT(DISTINCT col), grouped on a public domain: each
-    near its truth (the median within a few ranks' worth of the values at a huge epsilon)."""
-    cur = connect(target, functions=FUNCTIONS).cursor()
-    cur.execute("SELECT sex, MEDIAN(age) AS m, COUNT(DISTINCT education) AS e, CORR(age, income) AS c "
-                "FROM people GROUP BY sex ORDER BY sex")
-    rows = cur.fetchall()
-    want = {r[0]: r[1:] for r in _truth(people_db, "SELECT sex, MEDIAN(LEAST(GREATEST(age, 0), 120)), "
-                                                   f"COUNT(DISTINCT education), CORR({CLAMP}) FROM people GROUP BY sex")}
-    assert [r[0] for r in rows] == sorted(want)
-    for (sex, m, e, c), (_, _, he, hc) in zip(rows, cur.half_widths):
-        wm, we, wc = want[sex]
-        assert abs(m - wm) <= 3 and abs(e - we) <= 10 * he + 1e-9 and abs(c - wc) <= 0.3 + 10 * hc, (sex, m, e, c)
