@@ -1587,7 +1587,25 @@ class _Walk(Values):
             for n in exprs[big]:
                 self.replace(n, f"{text} IS NULL")
             sizes[big] = 2
+        aggs = [t for c in (*items, *self.trees(node, "having_clause", "order_clause"))
+                for t in c.iter_subtrees_topdown() if t.data == "aggregate"]
+        sample = [a for a in aggs if a.children[0].type == "SAMPLE_FN"]
+        apart = [a for a in aggs if a.children[0].type in ("QUANTILE_FN", "PERCENTILE_FN", "QUANTILE_OF")
+                 or self.distinct_of_column(a, scope)]
+        if sample and apart:
+            self.bad("V4: a sample-and-aggregate function beside a quantile or COUNT(DISTINCT column)")
+            for a in sample:
+                self.replace(a, "COUNT(*)")
         return outputs
+
+    def distinct_of_column(self, agg: Tree, scope: Scope) -> bool:
+        """COUNT(DISTINCT c) of a column c other than the unit."""
+        kids = agg.children
+        if not (kids[0].value.upper() == "COUNT" and len(kids) > 2 and isinstance(kids[2], Token)
+                and kids[2].value.upper() == "DISTINCT"):
+            return False
+        r = self.resolve(self.col_of(kids[3]), scope)
+        return r is None or not scope.is_unit(*r)
 
     def reads_column(self, node) -> bool:
         return isinstance(node, Tree) and any(t.data == "col" for t in node.iter_subtrees())
@@ -1852,8 +1870,8 @@ class _Walk(Values):
             self.replace(colnode, name)
             return name
 
-        if not wrap_items:
-            outputs = list(inner)
+        if any(isinstance(c, Token) and c.value == "*" for c in items_node.children):
+            outputs = list(inner)               # *, then any named outputs after it
         for wi in wrap_items:
             name = output(self.col_of(wi.children[0]))
             alias_item = self.toks(wi, "COLUMN_ALIAS")
