@@ -58,6 +58,7 @@ from dpsql.analysis.predicates import (
     NUMBER,
     NUMERIC,
     Predicates,
+    date_bounds_problem,
     family,
     refuse_expression,
 )
@@ -118,8 +119,10 @@ def check_policy_types(policy: Policy, schema: Schema) -> list[str]:
             fam = family(cols.get(c.name, "other"))
             if c.bounded and fam not in NUMERIC:
                 problems.append(f"tables.{t.name}.columns.{c.name}: bounds given but the column is not numeric")
-            if c.span is not None and fam != "date":
-                problems.append(f"tables.{t.name}.columns.{c.name}: date bounds given but the column is not a DATE")
+            if c.span is not None:
+                problem = date_bounds_problem(c, cols.get(c.name, "other"))
+                if problem:
+                    problems.append(f"tables.{t.name}.columns.{c.name}: {problem}")
             if c.values is not None:
                 want_str = fam in ("text",)
                 if fam not in ("text", "int"):
@@ -445,7 +448,7 @@ class _Analysis:
             return
         if d.refs & self.rel.unit_class:
             raise QueryRejected("GROUP BY an expression of the privacy unit", "its groups could hold one person each")
-        if d.kind not in ("num", "text", "bool", "date"):
+        if d.kind not in ("num", "text", "bool", "date", "timestamp"):
             raise QueryRejected("GROUP BY this expression", "group by numbers, texts, dates or conditions")
         domain = d.domain
         if domain is not None and d.kind == "num":
