@@ -109,6 +109,8 @@ def _ord_text(engine: str, values=("CA", "NY", "TX")) -> Callable[[int], str]:
 
 CHAR_DOMAIN = ["CA", "NY", "", "ñé", "TX"]
 DATE_BOUNDS = {"lower": "2000-01-01", "upper": "2030-12-31"}    # date_trunc and EXTRACT need them
+TS_BOUNDS = {"lower": "2000-01-01 00:00:00", "upper": "2030-12-31"}
+WIDE_TS_BOUNDS = {"lower": "0001-01-01 00:00:00", "upper": "9999-12-31 23:59:59.999999"}   # the whole of years 1-9999
 INT_DOMAIN = [-32768, 0, 1, 32767]
 
 
@@ -119,18 +121,18 @@ def duckdb_columns() -> list[Col]:
     return [
         Col("d", "DATE", "date", DATE_BOUNDS, _casts(e, "DATE", ["infinity", "-infinity", "5881580-07-10", "5877642-06-25 (BC)",
                                                         "0001-01-01", "9999-12-31", "1582-10-10"]), _ord_date),
-        Col("ts", "TIMESTAMP", "ts", {}, _casts(e, "TIMESTAMP", [
+        Col("ts", "TIMESTAMP", "ts", TS_BOUNDS, _casts(e, "TIMESTAMP", [
             "infinity", "-infinity", "294247-01-10 04:00:54.775806", "290309-12-22 (BC) 00:00:00",
             "9999-12-31 23:59:59.999999", "0001-01-01 00:00:00"]), _ord_ts("TIMESTAMP")),
-        Col("tns", "TIMESTAMP_NS", "ts", {}, ("CAST('infinity' AS TIMESTAMP_NS)", "CAST('-infinity' AS TIMESTAMP_NS)",
+        Col("tns", "TIMESTAMP_NS", "ts", TS_BOUNDS, ("CAST('infinity' AS TIMESTAMP_NS)", "CAST('-infinity' AS TIMESTAMP_NS)",
                                               "make_timestamp_ns(9223372036854775806)",
                                               "make_timestamp_ns(-9223372036854775806)"), _ord_ts("TIMESTAMP_NS")),
         Col("tz", "TIMESTAMPTZ", "ts", {}, _casts(e, "TIMESTAMPTZ", [
             "infinity", "-infinity", "294247-01-09 04:00:54.775806+00", "290309-12-22 (BC) 00:00:00+00",
             "9999-12-31 23:59:59.999999+00"]), _ord_ts("TIMESTAMPTZ")),
-        Col("tsec", "TIMESTAMP_S", "ts", {}, _casts(e, "TIMESTAMP_S", [
+        Col("tsec", "TIMESTAMP_S", "ts", TS_BOUNDS, _casts(e, "TIMESTAMP_S", [
             "infinity", "-infinity", "294247-01-10 04:00:54", "290309-12-22 (BC) 00:00:00"]), _ord_ts("TIMESTAMP_S")),
-        Col("tms", "TIMESTAMP_MS", "ts", {}, _casts(e, "TIMESTAMP_MS", [
+        Col("tms", "TIMESTAMP_MS", "ts", WIDE_TS_BOUNDS, _casts(e, "TIMESTAMP_MS", [
             "infinity", "294247-01-10 04:00:54.775", "290309-12-22 (BC) 00:00:00"]), _ord_ts("TIMESTAMP_MS")),
         Col("n", "DECIMAL(38,10)", "num", {"lower": -100, "upper": 100.5}, _casts(e, "DECIMAL(38,10)", [
             "9999999999999999999999999999.9999999999", "-9999999999999999999999999999.9999999999",
@@ -168,10 +170,10 @@ def postgres_columns() -> list[Col]:
     return [
         Col("d", "date", "date", DATE_BOUNDS, _casts(e, "date", ["infinity", "-infinity", "5874897-12-31", "4713-01-01 BC",
                                                         "0001-01-01", "9999-12-31", "10000-01-01"]), _ord_date),
-        Col("ts", "timestamp", "ts", {}, _casts(e, "timestamp", [
+        Col("ts", "timestamp", "ts", TS_BOUNDS, _casts(e, "timestamp", [
             "infinity", "-infinity", "294276-12-31 23:59:59.999999", "4713-01-01 00:00:00 BC",
-            "10000-01-01 00:00:00", "0001-01-01 00:00:00"]), _ord_ts("timestamp")),
-        Col("ts3", "timestamp(3)", "ts", {}, _casts(e, "timestamp(3)", [
+            "10000-01-01 00:00:00", "0001-01-01 00:00:00", "9999-12-31 23:59:59.999999"]), _ord_ts("timestamp")),
+        Col("ts3", "timestamp(3)", "ts", WIDE_TS_BOUNDS, _casts(e, "timestamp(3)", [
             "infinity", "294276-12-31 23:59:59.999", "4713-01-01 00:00:00 BC"]), _ord_ts("timestamp(3)")),
         Col("tz", "timestamptz", "ts", {}, _casts(e, "timestamptz", [
             "infinity", "-infinity", "294276-12-31 23:59:59.999999+00", "4714-11-24 00:00:00+00 BC",
@@ -673,6 +675,28 @@ def expression_queries(engine: Engine, table: str = "x", quick: bool = False) ->
                 f"SUM(CASE WHEN {d} > DATE '2020-06-30' THEN EXTRACT(doy FROM {d}) ELSE 0 END) FROM {table} GROUP BY 1",
                 f"SELECT date_part('quarter', {d}) AS q, AVG(EXTRACT(week FROM {d})) FROM {table} GROUP BY q",
                 f"SELECT date_trunc('year', {d}) AS y, COUNT(*) FROM {table} GROUP BY date_trunc('year', {d})"]
+        # date functions in WHERE, FILTER and CASE WHEN, with the extreme literals of their types
+        out += [f"SELECT COUNT(*) FROM {table} WHERE EXTRACT(year FROM {d}) = 9999 OR date_trunc('month', {d}) = "
+                "DATE '0001-01-01'",
+                f"SELECT COUNT(*) FROM {table} WHERE EXTRACT(dow FROM {d}) IN (0, 6) AND EXTRACT(doy FROM {d}) "
+                "BETWEEN -999999999999999999 AND 1e18",
+                f"SELECT date_trunc('quarter', {d}) AS q, COUNT(*) FILTER (WHERE EXTRACT(month FROM {d}) <> 1), "
+                f"SUM(CASE WHEN date_trunc('week', {d}) <= DATE '9999-12-31' THEN 1 ELSE 0 END) FROM {table} "
+                f"WHERE date_trunc('year', {d}) > '0001-01-01' GROUP BY 1"]
+    # bounded TIMESTAMPs (issue 15): not on Spark, which refuses them (its TIMESTAMP may be zoned)
+    stamps = [c.name for c in engine.of_kind("ts") if "lower" in c.policy] if engine.name != "spark" else []
+    for t in stamps if not quick else stamps[:2]:
+        out += [f"SELECT date_trunc('month', {t}) AS m, COUNT(*) FROM {table} GROUP BY m",
+                f"SELECT EXTRACT(hour FROM {t}) AS h, SUM(EXTRACT(minute FROM {t})), AVG(EXTRACT(year FROM {t})) "
+                f"FROM {table} GROUP BY 1",
+                f"SELECT date_trunc('hour', {t}) AS h, COUNT(*) FROM {table} WHERE EXTRACT(year FROM {t}) "
+                "BETWEEN 1 AND 9999 GROUP BY 1",
+                f"SELECT date_part('isodow', {t}) AS w, COUNT(*) FILTER (WHERE date_trunc('week', {t}) >= "
+                f"TIMESTAMP '0001-01-01 00:00:00'), SUM(CASE WHEN date_trunc('day', {t}) < DATE '9999-12-31' "
+                f"THEN 1 ELSE 0 END) FROM {table} GROUP BY 1",
+                f"SELECT date_trunc('week', {t}) AS w, COUNT(*) FROM {table} WHERE date_trunc('year', {t}) IN "
+                f"(TIMESTAMP '2000-01-01 00:00:00', DATE '9999-01-01') OR EXTRACT(doy FROM {t}) = 366 "
+                f"OR date_trunc('minute', {t}) = TIMESTAMP '9999-12-31 23:59:00' GROUP BY 1"]
     return out
 
 
