@@ -42,7 +42,8 @@ def events_db(tmp_path_factory) -> str:
     path = str(tmp_path_factory.mktemp("ts") / "events.duckdb")
     con = duckdb.connect(path)
     con.execute("CREATE TABLE events (person_id BIGINT NOT NULL, seen_at TIMESTAMP, visit_day DATE)")
-    con.execute("INSERT INTO events SELECT p, CASE WHEN (p + k) % 50 = 0 THEN NULL ELSE TIMESTAMP '2022-12-01 00:00:00' "
+    con.execute("INSERT INTO events SELECT p, CASE WHEN (p + k) % 50 = 0 THEN NULL "
+                "ELSE TIMESTAMP '2022-12-01 00:00:00' "
                 "+ to_minutes(CAST((p * 7919 + k * 104729) % (800 * 24 * 60) AS BIGINT)) END, "
                 "CAST(DATE '2022-12-01' + CAST((p * 13 + k * 331) % 800 AS INTEGER) AS DATE) "
                 "FROM range(1, 901) a(p), range(0, 3) b(k)")
@@ -73,11 +74,13 @@ def _truth(events_db: str, sql: str) -> list[tuple]:
 CASES = {
     "month": ("SELECT date_trunc('month', seen_at) AS m, COUNT(*) AS n FROM events GROUP BY 1",
               # every month of the bounds is released (a derived domain: no partition selection)
-              f"SELECT m, COALESCE(n, 0) FROM (SELECT CAST(TIMESTAMP '2023-01-01 00:00:00' + to_months(CAST(i AS INTEGER)) "
+              "SELECT m, COALESCE(n, 0) FROM (SELECT CAST(TIMESTAMP '2023-01-01 00:00:00' "
+              "+ to_months(CAST(i AS INTEGER)) "
               f"AS TIMESTAMP) m FROM range(0, 24) r(i)) LEFT JOIN (SELECT date_trunc('month', {CLAMPED}) k, COUNT(*) n "
               "FROM events GROUP BY 1) c ON c.k = m"),
     "hour_where_weekend": (
-        "SELECT EXTRACT(hour FROM seen_at) AS h, COUNT(*) AS n FROM events WHERE EXTRACT(dow FROM seen_at) IN (0, 6) GROUP BY 1",
+        "SELECT EXTRACT(hour FROM seen_at) AS h, COUNT(*) AS n FROM events "
+        "WHERE EXTRACT(dow FROM seen_at) IN (0, 6) GROUP BY 1",
         f"SELECT h, COALESCE(n, 0) FROM range(0, 24) r(h) LEFT JOIN (SELECT EXTRACT(hour FROM {CLAMPED}) k, COUNT(*) n "
         f"FROM events WHERE EXTRACT(dow FROM {CLAMPED}) IN (0, 6) GROUP BY 1) c ON c.k = h"),
     "where_year_and_quarter": (
@@ -92,7 +95,8 @@ CASES = {
         f"SELECT COUNT(*) FILTER (WHERE date_trunc('day', {CLAMPED}) = TIMESTAMP '2023-01-01'), "
         f"SUM(CASE WHEN EXTRACT(hour FROM {CLAMPED}) < 12 THEN 1 ELSE 0 END) FROM events"),
     "raw_column_where_year_key": (
-        "SELECT date_trunc('year', seen_at) AS y, COUNT(*) AS n FROM events WHERE seen_at >= TIMESTAMP '2024-01-01 00:00:00' "
+        "SELECT date_trunc('year', seen_at) AS y, COUNT(*) AS n FROM events "
+        "WHERE seen_at >= TIMESTAMP '2024-01-01 00:00:00' "
         "GROUP BY 1",
         # the WHERE reads the column itself (unclamped), the key the clamped value
         f"SELECT y, COALESCE(n, 0) FROM (VALUES (TIMESTAMP '2023-01-01'), (TIMESTAMP '2024-01-01')) v(y) LEFT JOIN "
@@ -136,8 +140,9 @@ def test_postgres_session_time_zone_does_not_change_the_answer(events_pg, tmp_pa
     """The engine session's time zone must not change what is released: the same queries, with
     the same seeded noise, under UTC and under zones east and west with odd offsets."""
     queries = [CASES["month"][0], CASES["hour_where_weekend"][0], CASES["filter_and_case"][0],
-               "SELECT EXTRACT(day FROM seen_at) AS d, date_trunc('hour', seen_at) < TIMESTAMP '2023-06-01 12:00:00' AS early, "
-               "COUNT(*) FROM events WHERE date_trunc('week', seen_at) <> TIMESTAMP '2023-03-27 00:00:00' GROUP BY 1, 2"]
+               "SELECT EXTRACT(day FROM seen_at) AS d, "
+               "date_trunc('hour', seen_at) < TIMESTAMP '2023-06-01 12:00:00' AS early, COUNT(*) FROM events "
+               "WHERE date_trunc('week', seen_at) <> TIMESTAMP '2023-03-27 00:00:00' GROUP BY 1, 2"]
     import psycopg
     answers = []
     for zone in ("UTC", "Pacific/Kiritimati", "America/St_Johns"):

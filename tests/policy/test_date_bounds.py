@@ -25,7 +25,8 @@ def column(lower, upper):
     ("2023-01-01", "2024-12-31", (dt.datetime(2023, 1, 1), dt.datetime(2024, 12, 31, 23, 59, 59, 999999))),
     (dt.datetime(2023, 1, 1, 8, 30), dt.date(2023, 1, 1),
      (dt.datetime(2023, 1, 1, 8, 30), dt.datetime(2023, 1, 1, 23, 59, 59, 999999))),
-    ("2023-01-01 08:00:00", "2023-01-01T09:00:00.25", (dt.datetime(2023, 1, 1, 8), dt.datetime(2023, 1, 1, 9, 0, 0, 250000))),
+    ("2023-01-01 08:00:00", "2023-01-01T09:00:00.25",
+     (dt.datetime(2023, 1, 1, 8), dt.datetime(2023, 1, 1, 9, 0, 0, 250000))),
     ("0001-01-01 00:00:00", "9999-12-31 23:59:59.999999", (dt.datetime.min, dt.datetime.max)),
 ])
 def test_timestamp_bounds_are_dates_or_local_date_times(lower, upper, span):
