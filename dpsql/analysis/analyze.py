@@ -549,6 +549,14 @@ class _Analysis:
         c = self._measure("count", d, None, False, f"COUNT({d.label}){suffix}", cond)
         if isinstance(node, exp.Avg):
             return ("avg", s.name, c.name, float(s.lo), float(s.hi))
+        if max(abs(d.lo), abs(d.hi)) >= VAR_LIMIT:
+            # The squared sum adds (2x - (lo + hi))^2 in the engine's 128-bit (or 38-digit) type
+            # (dpsql.rewrite.aggregates.row_aggregate): with |lo|, |hi| < 1e17 (and so their
+            # scaled integers, dpsql.analysis.bind.exact_bounds), each term is at most 4e34 < 1e38
+            # on every row; wider bounds could overflow on some rows (an error oracle).
+            raise QueryRejected(f"{fname}({d.label})", f"its bounds reach {float(max(abs(d.lo), abs(d.hi))):g}: the "
+                                "squares of values of 1e17 or more could overflow the engine's numbers",
+                                "scale the value down, or clamp it with LEAST/GREATEST")
         q = self._measure("sum", d, d, False, f"{fname.upper()}({d.label}) squared sum{suffix}", cond, squared=True)
         sample = isinstance(node, (exp.Variance, exp.Stddev, exp.StddevSamp))
         root = isinstance(node, (exp.Stddev, exp.StddevSamp, exp.StddevPop))
@@ -804,6 +812,9 @@ def _all_semis(rel: Relation):
 
 def _paren(node: exp.Expression) -> exp.Expression:
     return exp.Paren(this=node) if isinstance(node, exp.Or) else node
+
+
+VAR_LIMIT = 10 ** 17        # |bounds| of a VAR/STDDEV argument (its squares stay below 4e34)
 
 
 def _ordering(o: exp.Ordered, expr: Expr) -> tuple[Expr, bool, bool]:

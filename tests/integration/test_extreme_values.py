@@ -493,7 +493,10 @@ def problems(outcomes: dict[str, dict[str, Outcome]]) -> list[str]:
         errors = {ds: o.detail for ds, o in by_ds.items() if o.kind == "error"}
         first = next(iter(by_ds.values()))
         if errors:
-            out.append(f"engine error on {sorted(errors)}: {_short(sql)}")
+            out.append(f"engine error on {sorted(errors)} ({_short(next(iter(errors.values())), 400)}): {_short(sql)}")
+            if os.environ.get("DPSQL_EV_DUMP"):          # the whole query, to reproduce it
+                with open(os.environ["DPSQL_EV_DUMP"], "a", encoding="utf-8") as f:
+                    f.write(sql + "\n-- " + next(iter(errors.values())).replace("\n", " ") + "\n\n")
         elif not all(o.same_as(first) for o in by_ds.values()):
             out.append(f"outcomes differ ({ {ds: o.kind for ds, o in by_ds.items()} }): {_short(sql)}")
     return out
@@ -751,6 +754,8 @@ GRAMMAR_NUMBERS = ["0", "1", "0.5", "100.5", "0.000001", "127", "128", "255", "3
                    "2147483648", "4294967295", "999999999999999999", "123456789012345678.999999"]
 GRAMMAR_DATES = ["'0001-01-01'", "'9999-12-31'", "'1677-09-21'", "'2262-04-11'", "'1582-10-10'", "'1970-01-01'",
                  "'2000-02-29'", "'2020-01-01'"]
+GRAMMAR_STAMPS = ["'0001-01-01 00:00:00'", "'9999-12-31 23:59:59.999999'", "'1677-09-21 00:12:44'",
+                  "'2262-04-11 23:47:16.854775'", "'2000-02-29 12:00:00'", "'2030-12-31 23:59:59'"]
 GRAMMAR_STRINGS = TEXT_LITS[1:] + ["x" * 300, "%", "_%", "\\%", "%\\\\%", "a\\", "%é%", "İ%"]
 
 
@@ -767,10 +772,14 @@ def people_to_x(engine: Engine, i: int) -> dict[str, str]:
     num_domain = [c.name for c in engine.of_kind("num") if "values" in c.policy]
     text_domain = [c.name for c in engine.of_kind("text") if "values" in c.policy]
     dates = [c.name for c in engine.of_kind("date")]
+    stamps = [c.name for c in engine.of_kind("ts")]
+    bounded_stamps = [c for c in stamps if "lower" in engine.col(c).policy] or stamps
+    free_stamps = [c for c in stamps if "lower" not in engine.col(c).policy] or stamps
     pick = lambda names, k: names[(i + k) % len(names)]
     return {"people": pick(tables, 0), "person_id": "pid", "age": pick(bounded, 0), "income": pick(bounded, 3),
             "household": pick(num_domain, 0), "state": pick(text_domain, 0), "city": pick(texts, 0),
-            "name": pick(texts, 1), "visit_date": pick(dates, 0)}
+            "name": pick(texts, 1), "visit_date": pick(dates, 0), "born": pick(dates, 1),
+            "seen": pick(bounded_stamps, 0), "logged": pick(free_stamps, 0)}
 
 
 def grammar_queries(engine: Engine, count: int) -> list[str]:
@@ -799,10 +808,11 @@ def grammar_queries(engine: Engine, count: int) -> list[str]:
     names = {k: v or NAMES[k] for k, v in names.items()}
     parser = sql_parser()
     explicit = _explicit(parser, names)
-    for name in ("NUM_COL", "UNBOUNDED_NUM_COL", "TEXT_COL", "DATE_COL"):   # repeated uses agree more often
+    for name in ("NUM_COL", "UNBOUNDED_NUM_COL", "TEXT_COL", "DATE_COL", "TIMESTAMP_COL"):   # agree more often
         explicit[name] = _spaced(_shared_pick(names[name], name))
     explicit["NUMBER"] = _spaced(st.sampled_from(GRAMMAR_NUMBERS))
     explicit["DATE_STRING"] = _spaced(st.sampled_from(GRAMMAR_DATES))
+    explicit["TIMESTAMP_STRING"] = _spaced(st.sampled_from(GRAMMAR_STAMPS))
     explicit["STRING"] = _spaced(st.sampled_from([_q(engine.name, t) for t in GRAMMAR_STRINGS]))
     base = from_lark(parser, start="start", explicit=explicit)
     strategy = _Bounded(getattr(base, "wrapped_strategy", base), max_repeat=2, max_nest=2)
