@@ -1785,13 +1785,18 @@ class _Walk(Values):
             else:
                 self.replace(node, "'x'")
 
+        outputs = set(aliases)        # the SELECT list's output names: AS names and bare key columns
+        for it in items:
+            bare = self.bare_col(it.children[0]) if it.data == "key_item" and not self.toks(it, "KEY_ALIAS") else None
+            if bare is not None:
+                outputs.add(ident(self.toks(bare)[-1].value))
         if not having:
-            # (*) X6: in ORDER BY, a name in an aggregate's FILTER (WHERE ...) that is an AS name of
+            # (*) X6: in ORDER BY, a name in an aggregate's FILTER (WHERE ...) that names an output of
             # the SELECT list is qualified (sqlglot reads it as the output, PostgreSQL as the column)
             for f in [t for t in clause.iter_subtrees_topdown() if t.data == "filter"]:
                 for c in [t for t in f.iter_subtrees_topdown() if t.data == "col"]:
                     toks = self.toks(c)
-                    if len(toks) == 1 and ident(toks[0].value) in aliases:
+                    if len(toks) == 1 and ident(toks[0].value) in outputs:
                         self.bad(f"X6: {toks[0].value} in FILTER in ORDER BY is an AS name of the SELECT list")
                         r = self.resolve(c, scope)
                         text = self.ref_text(scope, *r) if r is not None else None
@@ -1807,7 +1812,7 @@ class _Walk(Values):
                     # (repair) a column the repair put in the FILTER may bear an AS name: X6 again
                     words = re.findall(r'(?<![.\w"])("(?:[^"]|"")+"|[A-Za-z_]\w*)(?![\w.]|\s*\.)',
                                        re.sub(r"\s*\.\s*", ".", self.render(f.children[3])))
-                    if any(ident(w) in aliases for w in words):
+                    if any(ident(w) in outputs for w in words):
                         self.replace(f, "")
             elif node.data == "key_ref":
                 colnode = self.col_of(node)
