@@ -77,6 +77,11 @@ class EngineDialect:
         underflow ("value out of range: underflow": a tiny value times 0.5) and whose cast of a
         tiny NUMERIC to float8 raises too, where NUMERIC arithmetic is exact and every clamped
         float8 converts to it.
+    wall_clock_timestamps: a column the schema reports as TIMESTAMP holds wall-clock times with no
+        zone, so its clamp to declared bounds, date_trunc and EXTRACT are the same whatever the
+        session's time zone (DuckDB and PostgreSQL report a zoned type as TIMESTAMP WITH TIME ZONE,
+        refused by dpsql.analysis.predicates.zoned). Spark reports its session-zoned TIMESTAMP and
+        TIMESTAMP_NTZ alike: date functions of TIMESTAMP columns are refused there.
     """
     name: str
     salted_hash: Callable[[list[exp.Expression], exp.Expression], exp.Expression]
@@ -95,6 +100,7 @@ class EngineDialect:
     path_catalog: str | None = None
     narrow_sums: bool = False
     having_to_where: bool = False
+    wall_clock_timestamps: bool = True
 
     def wide(self, value: int) -> exp.Expression:
         """An integer literal in the engine's widest exact integer type."""
@@ -108,7 +114,8 @@ DIALECTS: dict[str, EngineDialect] = {
                               True, True, False, real="NUMERIC", narrow_sums=True,
                               having_to_where=True),
     "spark": EngineDialect("spark", _spark_hash, "min_by", False, "DECIMAL(38, 0)", True, True, "DOUBLE",
-                           False, False, True, ntz_timestamp_literals=True, linear_like=True),
+                           False, False, True, ntz_timestamp_literals=True, linear_like=True,
+                           wall_clock_timestamps=False),
 }
 
 

@@ -119,7 +119,8 @@ class ColumnPolicy:
     upper: float | None = None
     values: tuple[Any, ...] | None = None      # public key domain for GROUP BY
     identifier: bool = False                   # identifies units (reconstruction defence)
-    span: tuple[_dt.date, _dt.date] | None = None   # a DATE column's bounds (lower/upper as dates)
+    span: tuple[_dt.date, _dt.date] | None = None   # a DATE or TIMESTAMP column's bounds: dates, or
+                                                    # (TIMESTAMP columns only) datetimes without offset
     auto: bool = False          # bounds = "auto": SUM/AVG choose the upper clip privately within
                                 # [lower, upper] (dpsql.analysis.auto_bounds)
 
@@ -131,6 +132,17 @@ class ColumnPolicy:
     def is_integral(self) -> bool:
         """Both bounds are whole numbers."""
         return self.bounded and float(self.lower).is_integer() and float(self.upper).is_integer()
+
+    @property
+    def timed(self) -> bool:
+        """The date bounds include a time of day (only a TIMESTAMP column can take them)."""
+        return self.span is not None and any(isinstance(v, _dt.datetime) for v in self.span)
+
+    @property
+    def time_span(self) -> tuple[_dt.datetime, _dt.datetime] | None:
+        """The bounds as a TIMESTAMP column reads them: a lower date is its first instant
+        (00:00:00), an upper date its last (23:59:59.999999), so `upper = 2024-12-31` keeps that day."""
+        return _time_span(self.span) if self.span is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -768,7 +780,7 @@ def _column_policy(where: _Where, key: str, cname: str, c: Any) -> ColumnPolicy:
     span = None
     if lower is not None and (_date_like(lower) or _date_like(upper)):
         span = (_date(where, f"{key}.lower", lower), _date(where, f"{key}.upper", upper))
-        if not span[0] <= span[1]:
+        if not _time_span(span)[0] <= _time_span(span)[1]:
             raise where.error(key, "need lower <= upper")
         lower = upper = None
     if lower is not None:
@@ -807,18 +819,33 @@ def _date_like(value: Any) -> bool:
 
 
 def _date(where: _Where, key: str, value: Any) -> _dt.date:
-    """A DATE column's bound: a TOML date (lower = 2023-01-01) or an ISO date string."""
+    """A DATE or TIMESTAMP column's bound: a TOML date (lower = 2023-01-01) or local date-time
+    (lower = 2023-01-01T08:00:00), or the same as an ISO string ("2023-01-01", "2023-01-01 08:00:00",
+    up to microseconds). A time with an offset (2023-01-01T08:00:00Z, +02:00) is refused: the bounds
+    are wall-clock times of a TIMESTAMP without time zone, and zoned columns are not bounded."""
     if isinstance(value, _dt.datetime):
-        raise where.error(key, "bounds of TIMESTAMP columns are not supported yet; give a date (2023-01-01)")
+        if value.tzinfo is not None:
+            raise where.error(key, "a time with an offset is not supported: give a local date-time without "
+                              "offset (2023-01-01T08:00:00) for a TIMESTAMP column (without time zone)")
+        return value
     if isinstance(value, _dt.date):
         return value
     if isinstance(value, str):
         try:
             if re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
                 return _dt.date.fromisoformat(value)
+            if re.fullmatch(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d{1,6})?", value):
+                return _dt.datetime.fromisoformat(value.replace("T", " "))
         except ValueError:
             pass
-    raise where.error(key, "must be a number, or a date written 2023-01-01 for a DATE column")
+    raise where.error(key, "must be a number, a date written 2023-01-01 (a DATE or TIMESTAMP column) or a "
+                      "date-time written 2023-01-01T08:00:00 or \"2023-01-01 08:00:00\" (a TIMESTAMP column)")
+
+
+def _time_span(span: tuple[_dt.date, _dt.date]) -> tuple[_dt.datetime, _dt.datetime]:
+    def at(v: _dt.date, t: _dt.time) -> _dt.datetime:
+        return v if isinstance(v, _dt.datetime) else _dt.datetime.combine(v, t)
+    return at(span[0], _dt.time.min), at(span[1], _dt.time.max)
 
 
 # -- where a key is in TOML text --------------------------------------------------------------------

@@ -58,6 +58,7 @@ from dpsql.analysis.predicates import (
     NUMBER,
     NUMERIC,
     Predicates,
+    date_bounds_problem,
     family,
     refuse_expression,
 )
@@ -118,8 +119,10 @@ def check_policy_types(policy: Policy, schema: Schema) -> list[str]:
             fam = family(cols.get(c.name, "other"))
             if c.bounded and fam not in NUMERIC:
                 problems.append(f"tables.{t.name}.columns.{c.name}: bounds given but the column is not numeric")
-            if c.span is not None and fam != "date":
-                problems.append(f"tables.{t.name}.columns.{c.name}: date bounds given but the column is not a DATE")
+            if c.span is not None:
+                problem = date_bounds_problem(c, cols.get(c.name, "other"))
+                if problem:
+                    problems.append(f"tables.{t.name}.columns.{c.name}: {problem}")
             if c.values is not None:
                 want_str = fam in ("text",)
                 if fam not in ("text", "int"):
@@ -445,7 +448,7 @@ class _Analysis:
             return
         if d.refs & self.rel.unit_class:
             raise QueryRejected("GROUP BY an expression of the privacy unit", "its groups could hold one person each")
-        if d.kind not in ("num", "text", "bool", "date"):
+        if d.kind not in ("num", "text", "bool", "date", "timestamp"):
             raise QueryRejected("GROUP BY this expression", "group by numbers, texts, dates or conditions")
         domain = d.domain
         if domain is not None and d.kind == "num":
@@ -546,6 +549,14 @@ class _Analysis:
         c = self._measure("count", d, None, False, f"COUNT({d.label}){suffix}", cond)
         if isinstance(node, exp.Avg):
             return ("avg", s.name, c.name, float(s.lo), float(s.hi))
+        if max(abs(d.lo), abs(d.hi)) >= VAR_LIMIT:
+            # The squared sum adds (2x - (lo + hi))^2 in the engine's 128-bit (or 38-digit) type
+            # (dpsql.rewrite.aggregates.row_aggregate): with |lo|, |hi| < 1e17 (and so their
+            # scaled integers, dpsql.analysis.bind.exact_bounds), each term is at most 4e34 < 1e38
+            # on every row; wider bounds could overflow on some rows (an error oracle).
+            raise QueryRejected(f"{fname}({d.label})", f"its bounds reach {float(max(abs(d.lo), abs(d.hi))):g}: the "
+                                "squares of values of 1e17 or more could overflow the engine's numbers",
+                                "scale the value down, or clamp it with LEAST/GREATEST")
         q = self._measure("sum", d, d, False, f"{fname.upper()}({d.label}) squared sum{suffix}", cond, squared=True)
         sample = isinstance(node, (exp.Variance, exp.Stddev, exp.StddevSamp))
         root = isinstance(node, (exp.Stddev, exp.StddevSamp, exp.StddevPop))
@@ -801,6 +812,9 @@ def _all_semis(rel: Relation):
 
 def _paren(node: exp.Expression) -> exp.Expression:
     return exp.Paren(this=node) if isinstance(node, exp.Or) else node
+
+
+VAR_LIMIT = 10 ** 17        # |bounds| of a VAR/STDDEV argument (its squares stay below 4e34)
 
 
 def _ordering(o: exp.Ordered, expr: Expr) -> tuple[Expr, bool, bool]:

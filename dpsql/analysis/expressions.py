@@ -35,7 +35,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from dpsql.analysis.predicates import CMP, NUMBER, NUMERIC, Predicates, family
+from dpsql.analysis.predicates import CMP, NUMBER, NUMERIC, Predicates, date_bounds_problem, family, zoned
 from dpsql.analysis.relation import ColRef, ColumnInfo
 from dpsql.dialects import EngineDialect
 from dpsql.errors import QueryRejected
@@ -62,7 +62,7 @@ class Derived:
     domain: tuple[Any, ...] | None = None
     refs: frozenset[ColRef] = frozenset()
     column: tuple[ColRef, ColumnInfo] | None = None
-    span: tuple[_dt.date, _dt.date] | None = None    # a date's range (declared, or derived)
+    span: tuple[_dt.date, _dt.date] | None = None    # a date's or timestamp's range (declared, or derived)
 
     @property
     def bounded(self) -> bool:
@@ -179,10 +179,20 @@ class Expressions:
             return Derived(sql, "num", "BIGINT" if whole else real, lo, hi, whole, refs=frozenset({ref}),
                            column=(ref, info))
         kind = {"text": "text", "bool": "bool", "date": "date", "timestamp": "timestamp"}.get(fam, "other")
-        if kind == "date" and info.span is not None:
+        if kind == "date" and info.span is not None and date_bounds_problem(info.policy, info.sql_type) is None:
             lo, hi = info.span
             return Derived(_clamp_date(col, lo, hi), "date", "DATE", refs=frozenset({ref}), column=(ref, info),
                            span=(lo, hi))
+        if (kind == "timestamp" and info.span is not None and self.dialect.wall_clock_timestamps
+                and date_bounds_problem(info.policy, info.sql_type) is None):
+            lo, hi = info.policy.time_span
+            # The clamp's comparisons meet TIMESTAMP constants (total: 'infinity', BC and year
+            # 294276 order on DuckDB and PostgreSQL; a nanosecond column's bounds are within its
+            # range, date_bounds_problem). The clamped value lies in years 1-9999 and is cast to
+            # TIMESTAMP (microseconds): from TIMESTAMP_S/_MS/_NS or timestamp(p) that conversion
+            # is total there, so the functions after it meet one type on every engine.
+            sql = exp.Cast(this=_clamp_date(col, lo, hi), to=exp.DataType.build("TIMESTAMP"))
+            return Derived(sql, "timestamp", "TIMESTAMP", refs=frozenset({ref}), column=(ref, info), span=(lo, hi))
         domain = info.domain
         if kind == "bool":
             domain = (False, True)
@@ -405,18 +415,37 @@ class Expressions:
 
     # -- dates
     def _date(self, node: exp.Expression, what: str) -> Derived:
+        """The DATE or TIMESTAMP argument of a date function: admitted only clamped to declared
+        bounds (so within years 1-9999), and a TIMESTAMP only where its dates and hours do not
+        depend on the session's time zone."""
         d = self.derive(node)
-        if d.kind != "date" or d.span is None:
-            if d.kind == "timestamp":
-                raise QueryRejected(f"{what} of a TIMESTAMP column", "date functions apply to DATE columns with "
-                                    "declared bounds for now", "group by a DATE column, or ask for it")
-            if d.kind == "date":
-                name = d.column[1].name if d.column else "the date"
-                raise QueryRejected(f"{what} of {name}", "the column has no declared date bounds, so the "
-                                    "function could fail on some rows ('infinity', years past 9999)",
-                                    "ask the data owner to declare lower and upper dates")
-            raise QueryRejected(f"{what} of a {d.kind} value", "it applies to dates")
-        return d
+        if d.kind in ("date", "timestamp") and d.span is not None:
+            return d
+        name = d.column[1].name if d.column else "the value"
+        if d.kind == "timestamp":
+            info = d.column[1] if d.column else None
+            if not self.dialect.wall_clock_timestamps:
+                raise QueryRejected(f"{what} of a TIMESTAMP column on Spark", "Spark reports its TIMESTAMP (in the "
+                                    "session's time zone) and TIMESTAMP_NTZ alike, so the result could depend on "
+                                    "the session's time zone", "group by a DATE column")
+            if info is not None and zoned(info.sql_type):
+                raise QueryRejected(f"{what} of {name}, a TIMESTAMP WITH TIME ZONE", "its dates and hours depend "
+                                    "on the session's time zone", "use a TIMESTAMP column without time zone")
+            if info is not None and info.span is not None:
+                raise QueryRejected(f"{what} of {name}", date_bounds_problem(info.policy, info.sql_type) or
+                                    "its declared bounds do not fit its type")
+            raise QueryRejected(f"{what} of {name} (a TIMESTAMP)", "the column has no declared bounds, so the "
+                                "function could fail on some rows ('infinity', years past 9999)",
+                                "ask the data owner to declare lower and upper date-times")
+        if d.kind == "date":
+            info = d.column[1] if d.column else None
+            if info is not None and info.span is not None:
+                raise QueryRejected(f"{what} of {name}", date_bounds_problem(info.policy, info.sql_type) or
+                                    "its declared bounds do not fit its type")
+            raise QueryRejected(f"{what} of {name}", "the column has no declared date bounds, so the "
+                                "function could fail on some rows ('infinity', years past 9999)",
+                                "ask the data owner to declare lower and upper dates")
+        raise QueryRejected(f"{what} of a {d.kind} value", "it applies to dates and timestamps")
 
     def _date_trunc(self, node: exp.Expression) -> Derived:
         """date_trunc('unit', d) of a DATE with declared bounds: the clamp keeps d inside years
@@ -426,11 +455,19 @@ class Expressions:
         is every truncated date between the bounds' truncations."""
         unit = node.args.get("unit")
         name = (unit.name if unit is not None else "").lower()
-        if name not in _TRUNC_UNITS:
-            raise QueryRejected(f"date_trunc('{name}', ...)", f"the units admitted are {', '.join(_TRUNC_UNITS)}")
+        if name not in _TRUNC_UNITS + _TIME_UNITS:
+            raise QueryRejected(f"date_trunc('{name}', ...)", f"the units admitted are {', '.join(_TRUNC_UNITS)} "
+                                f"(and {', '.join(_TIME_UNITS)} of a TIMESTAMP)")
         d = self._date(node.this, "date_trunc")
+        if d.kind == "date" and name in _TIME_UNITS:
+            raise QueryRejected(f"date_trunc('{name}', ...) of a DATE", f"the units admitted for dates are "
+                                f"{', '.join(_TRUNC_UNITS)}")
         lo, hi = (_truncate(v, name) for v in d.span)
-        if name == "day":
+        if d.kind == "timestamp":
+            # date_trunc of the clamped TIMESTAMP (years 1-9999; a week of 0001-01-01, a Monday,
+            # starts on it): total on DuckDB and PostgreSQL, a TIMESTAMP without zone.
+            sql = exp.TimestampTrunc(this=d.sql, unit=exp.var(name.upper()))
+        elif name == "day":
             sql = d.sql
         else:
             ts = exp.Cast(this=d.sql, to=exp.DataType.build("TIMESTAMP"))
@@ -443,7 +480,7 @@ class Expressions:
             v = _truncate(_step(v, name), name)
         if len(values) <= MAX_DOMAIN:
             domain = tuple(values)
-        return Derived(sql, "date", "DATE", domain=domain, refs=d.refs, span=(lo, hi))
+        return Derived(sql, d.kind, d.sql_type, domain=domain, refs=d.refs, span=(lo, hi))
 
     def _extract(self, node: exp.Extract) -> Derived:
         """EXTRACT(field FROM d) / date_part('field', d) of a DATE with declared bounds, as a
@@ -454,8 +491,12 @@ class Expressions:
         field = node.this.name.lower() if node.this is not None else ""
         field = _FIELD_ALIASES.get(field, field)
         if field not in _FIELDS:
-            raise QueryRejected(f"EXTRACT({field.upper()} ...)", f"the fields admitted are {', '.join(_FIELDS)}")
+            raise QueryRejected(f"EXTRACT({field.upper()} ...)", f"the fields admitted are "
+                                f"{', '.join(f for f in _FIELDS if f not in _TIME_FIELDS)} (and "
+                                f"{', '.join(_TIME_FIELDS)} of a TIMESTAMP)")
         d = self._date(node.expression, "EXTRACT")
+        if d.kind == "date" and field in _TIME_FIELDS:
+            raise QueryRejected(f"EXTRACT({field.upper()} ...) of a DATE", "a date has no time of day")
         spark = self.dialect.name == "spark"
         part = {"dow": "DAYOFWEEK" if spark else "DOW", "isodow": "DAYOFWEEK_ISO" if spark else "ISODOW"}.get(
             field, field.upper())
@@ -463,8 +504,10 @@ class Expressions:
         if spark and field == "dow":
             sql = exp.Sub(this=sql, expression=exp.Literal.number(1))
         sql = exp.Cast(this=sql, to=exp.DataType.build("BIGINT"))
-        lo, hi = d.span
-        if (hi - lo).days <= 4 * 366:
+        lo, hi = (v.date() if isinstance(v, _dt.datetime) else v for v in d.span)
+        if field in _TIME_FIELDS:
+            values = set(range(*_FIELD_RANGE[field]))
+        elif (hi - lo).days <= 4 * 366:
             values = {_FIELDS[field](lo + _dt.timedelta(days=i)) for i in range((hi - lo).days + 1)}
         elif field == "year":
             values = set(range(lo.year, hi.year + 1))
@@ -475,8 +518,10 @@ class Expressions:
 
 
 _TRUNC_UNITS = ("year", "quarter", "month", "week", "day")
+_TIME_UNITS = ("hour", "minute")                # TIMESTAMP only
+_TIME_FIELDS = ("hour", "minute")               # TIMESTAMP only (whole numbers on every engine; not SECOND)
 _FIELD_ALIASES = {"years": "year", "months": "month", "days": "day", "dayofweek": "dow", "dayofyear": "doy",
-                  "weeks": "week", "quarters": "quarter"}
+                  "weeks": "week", "quarters": "quarter", "hours": "hour", "minutes": "minute"}
 _FIELDS: dict[str, Callable[[_dt.date], int]] = {
     "year": lambda d: d.year,
     "quarter": lambda d: (d.month - 1) // 3 + 1,
@@ -486,12 +531,21 @@ _FIELDS: dict[str, Callable[[_dt.date], int]] = {
     "dow": lambda d: d.isoweekday() % 7,
     "isodow": lambda d: d.isoweekday(),
     "doy": lambda d: d.timetuple().tm_yday,
+    "hour": lambda d: d.hour,
+    "minute": lambda d: d.minute,
 }
 _FIELD_RANGE = {"quarter": (1, 5), "month": (1, 13), "week": (1, 54), "day": (1, 32), "dow": (0, 7),
-                "isodow": (1, 8), "doy": (1, 367)}
+                "isodow": (1, 8), "doy": (1, 367), "hour": (0, 24), "minute": (0, 60)}
 
 
 def _truncate(v: _dt.date, unit: str) -> _dt.date:
+    """v truncated to the unit, as date_trunc does (a datetime stays a datetime)."""
+    if isinstance(v, _dt.datetime):
+        if unit == "minute":
+            return v.replace(second=0, microsecond=0)
+        if unit == "hour":
+            return v.replace(minute=0, second=0, microsecond=0)
+        v = v.replace(hour=0, minute=0, second=0, microsecond=0)
     if unit == "year":
         return v.replace(month=1, day=1)
     if unit == "quarter":
@@ -504,22 +558,28 @@ def _truncate(v: _dt.date, unit: str) -> _dt.date:
 
 
 def _step(v: _dt.date, unit: str) -> _dt.date:
-    """The first date of the unit after v's (v truncated); past 9999-12-31 it stays (loop ends)."""
+    """The first date (or time) of the unit after v's (v truncated); past 9999-12-31 the largest
+    value of v's type (the loop ends: it exceeds every truncated bound)."""
     try:
+        if unit in _TIME_UNITS:
+            return v + _dt.timedelta(hours=1 if unit == "hour" else 0, minutes=1 if unit == "minute" else 0)
         if unit in ("year", "quarter", "month"):
             months = {"year": 12, "quarter": 3, "month": 1}[unit]
             m = v.month - 1 + months
             return v.replace(year=v.year + m // 12, month=m % 12 + 1, day=1)
         return v + _dt.timedelta(days=7 if unit == "week" else 1)
     except (ValueError, OverflowError):
-        return _dt.date.max
+        return _dt.datetime.max if isinstance(v, _dt.datetime) else _dt.date.max
 
 
 def _clamp_date(value: exp.Expression, lo: _dt.date, hi: _dt.date) -> exp.Expression:
     """CASE WHEN d < DATE lo THEN DATE lo WHEN d > DATE hi THEN DATE hi ELSE d END: comparisons of a
     DATE with a DATE constant are total on every engine ('infinity' and BC dates order); NULL
-    stays NULL."""
+    stays NULL. With datetime bounds (a TIMESTAMP column without zone) the constants are
+    TIMESTAMPs, compared as dpsql.analysis.predicates admits a TIMESTAMP column with a literal."""
     def lit(v: _dt.date) -> exp.Expression:
+        if isinstance(v, _dt.datetime):
+            return exp.Cast(this=exp.Literal.string(v.isoformat(sep=" ")), to=exp.DataType.build("TIMESTAMP"))
         return exp.Cast(this=exp.Literal.string(v.isoformat()), to=exp.DataType.build("DATE"))
     return exp.Case(ifs=[exp.If(this=exp.LT(this=value.copy(), expression=lit(lo)), true=lit(lo)),
                          exp.If(this=exp.GT(this=value.copy(), expression=lit(hi)), true=lit(hi))],

@@ -29,6 +29,7 @@ _TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d{1,6})?")
 
 _TIMESTAMPS = (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPTZ, exp.DataType.Type.TIMESTAMPLTZ,
                exp.DataType.Type.DATETIME)
+DATE_FUNCTIONS = (exp.TimestampTrunc, exp.DateTrunc, exp.Extract)
 CMP = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
 NUMERIC = {"int", "float", "decimal"}
 
@@ -57,6 +58,40 @@ def nanosecond(sql_type: str) -> bool:
     """A timestamp type of nanosecond precision (DuckDB's TIMESTAMP_NS; TIMESTAMP(9) elsewhere)."""
     t = sql_type.lower().replace(" ", "")
     return t.startswith("timestamp_ns") or t.startswith("timestamp(9)")
+
+
+def zoned(sql_type: str) -> bool:
+    """A timestamp type with a time zone (PostgreSQL's timestamptz, DuckDB's TIMESTAMP WITH TIME
+    ZONE): its dates and hours are those of the session's time zone."""
+    t = " ".join(sql_type.lower().split())
+    return t.startswith("timestamptz") or ("with time zone" in t and "without time zone" not in t)
+
+
+def date_bounds_problem(column, sql_type: str) -> str | None:
+    """Why a column's declared date bounds (ColumnPolicy.span) do not fit its engine type, or None.
+    DATE: dates only. TIMESTAMP without time zone: dates or local date-times (a nanosecond one only
+    within the years it holds, 1678-2261). Zoned timestamps take none: clamping and date functions
+    there would depend on the session's time zone."""
+    fam = family(sql_type)
+    if fam == "date":
+        return "a DATE column's bounds are dates (2023-01-01), not date-times" if column.timed else None
+    if fam != "timestamp":
+        return "date bounds given but the column is not a DATE or TIMESTAMP"
+    if zoned(sql_type):
+        return ("bounds of a TIMESTAMP WITH TIME ZONE column are not supported: its dates and hours depend on "
+                "the session's time zone")
+    lo, hi = column.time_span
+    if nanosecond(sql_type) and not (1678 <= lo.year and hi.year <= 2261):
+        return "a nanosecond TIMESTAMP holds only the years 1678-2261: give bounds within them"
+    return None
+
+
+def _unparen(node: exp.Expression) -> exp.Expression:
+    """A comparison operand without its parentheses when they hold a date function."""
+    inner = node
+    while isinstance(inner, exp.Paren):
+        inner = inner.this
+    return inner if isinstance(inner, DATE_FUNCTIONS) else node
 
 
 def same_type(a: str, b: str) -> bool:
@@ -130,21 +165,24 @@ class Predicates:
             return self.subquery(node)
         if type(node) in CMP:
             only_args(node, {"this", "expression"})
-            left, right = node.this, node.expression
+            left, right = _unparen(node.this), _unparen(node.expression)
             lt, rt = self._operand(left), self._operand(right)
-            if isinstance(left, exp.Column) and rt == "lit:text":
+            if self._is_column(left) and rt == "lit:text":
                 right = self._date_text(right, lt)
                 rt = self._operand(right)
-            elif isinstance(right, exp.Column) and lt == "lit:text":
+            elif self._is_column(right) and lt == "lit:text":
                 left = self._date_text(left, rt)
                 lt = self._operand(left)
-            if not isinstance(left, exp.Column) and not isinstance(right, exp.Column):
+            if not self._is_column(left) and not self._is_column(right):
                 raise QueryRejected("a comparison without a column", "compare a declared column with a literal")
             self._compatible(lt, rt)
-            if isinstance(left, exp.Column) and isinstance(right, exp.Column):
+            if self._is_column(left) and self._is_column(right):
+                if not (isinstance(left, exp.Column) and isinstance(right, exp.Column)):
+                    raise QueryRejected("comparing a date function with a column",
+                                        "compare date_trunc or EXTRACT of a column with a literal")
                 cast = self.column_pair_cast(lt, rt)
                 return type(node)(this=self._operand_sql(left, cast), expression=self._operand_sql(right, cast))
-            ct = lt if isinstance(left, exp.Column) else rt
+            ct = lt if self._is_column(left) else rt
             return type(node)(this=self._operand_sql(left, ct), expression=self._operand_sql(right, ct))
         if isinstance(node, exp.Between):
             if node.args.get("symmetric"):
@@ -154,7 +192,7 @@ class Predicates:
             low, high = (self._date_text(node.args[side], ct) for side in ("low", "high"))
             for side in (low, high):
                 self._compatible(ct, self.literal_type(side, "BETWEEN"))
-            return exp.Between(this=self._operand_sql(node.this), low=self.literal_sql(low, ct),
+            return exp.Between(this=self._operand_sql(_unparen(node.this)), low=self.literal_sql(low, ct),
                                high=self.literal_sql(high, ct))
         if isinstance(node, exp.In):
             if node.args.get("unnest") or node.args.get("field"):
@@ -166,7 +204,8 @@ class Predicates:
                 raise QueryRejected("an empty IN list", "give at least one value")
             for item in items:
                 self._compatible(ct, self.literal_type(item, "IN"))
-            return exp.In(this=self._operand_sql(node.this), expressions=[self.literal_sql(i, ct) for i in items])
+            return exp.In(this=self._operand_sql(_unparen(node.this)),
+                          expressions=[self.literal_sql(i, ct) for i in items])
         if isinstance(node, exp.Is):
             only_args(node, {"this", "expression", "negate"})   # negate: PostgreSQL's IS NOT
             ct = self._column_operand(node.this, "IS")
@@ -176,7 +215,7 @@ class Predicates:
                                         "converting each row to a boolean could fail on some rows")
             elif not isinstance(node.expression, exp.Null):
                 raise QueryRejected("IS with a non-NULL operand", "use IS [NOT] NULL, IS TRUE or IS FALSE")
-            test = exp.Is(this=self._operand_sql(node.this), expression=node.expression.copy())
+            test = exp.Is(this=self._operand_sql(_unparen(node.this)), expression=node.expression.copy())
             return exp.Not(this=test) if node.args.get("negate") else test
         if isinstance(node, exp.Escape):
             raise QueryRejected("LIKE ... ESCAPE", "dpsql sets the escape itself: a backslash, as PostgreSQL does",
@@ -249,15 +288,38 @@ class Predicates:
                             "write the date as DATE 'YYYY-MM-DD', e.g. DATE '2024-01-31'"
                             + (", or a time as TIMESTAMP 'YYYY-MM-DD HH:MM:SS'" if kind == "TIMESTAMP" else ""))
 
+    @staticmethod
+    def _is_column(node: exp.Expression) -> bool:
+        """A column, or a date function of one (date_trunc, EXTRACT/date_part): what a literal is
+        compared with."""
+        return isinstance(node, (exp.Column, *DATE_FUNCTIONS))
+
+    def _date_function(self, node: exp.Expression):
+        """date_trunc/EXTRACT of a DATE or TIMESTAMP column with declared bounds, derived by
+        dpsql.analysis.expressions: SQL total on every value of the column's type (the column is
+        clamped to its bounds first, so the function meets years 1-9999 only) of type DATE,
+        TIMESTAMP (without zone) or BIGINT. Compared with a literal of that type (_compatible,
+        literal_sql), the comparison is then one of a value of a known type with a constant, as
+        for a column: total. It is part of the row's WHERE flag like any other condition
+        (dpsql.rewrite.rows), never a filter the engine could decide from an index or statistics."""
+        from dpsql.analysis.expressions import Expressions
+        return Expressions(self.resolve, self.dialect, self, "WHERE").derive(node)
+
     def _operand(self, node: exp.Expression) -> str:
-        """Type of a comparison operand: a column's type, or a literal's pseudo-type."""
+        """Type of a comparison operand: a column's type, a date function's, or a literal's pseudo-type."""
         if isinstance(node, exp.Column):
             return self.resolve(node, "WHERE")[1].sql_type
+        if isinstance(node, DATE_FUNCTIONS):
+            return self._date_function(node).sql_type
         return self.literal_type(node, "WHERE")
 
     def _column_operand(self, node: exp.Expression, what: str) -> str:
+        node = _unparen(node)
+        if isinstance(node, DATE_FUNCTIONS):
+            return self._date_function(node).sql_type
         if not isinstance(node, exp.Column):
-            raise QueryRejected(f"{what} on an expression", f"the left side of {what} must be a declared column")
+            raise QueryRejected(f"{what} on an expression", f"the left side of {what} must be a declared column "
+                                "(or date_trunc or EXTRACT of one)")
         return self.resolve(node, "WHERE")[1].sql_type
 
     def column_sql(self, node: exp.Column) -> exp.Column:
@@ -269,6 +331,8 @@ class Predicates:
         typed safely. For a column, column_type is a cast from column_pair_cast ("cast:DOUBLE" or
         "cast:NUMERIC": two numeric columns of different types) or None. For a literal, it is the
         type of the column compared with it."""
+        if isinstance(node, DATE_FUNCTIONS):
+            return self._date_function(node).sql
         if isinstance(node, exp.Column):
             col = self.column_sql(node)
             if column_type and column_type.startswith("cast:") and \

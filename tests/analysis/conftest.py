@@ -36,7 +36,7 @@ from dpsql.analysis.plan import QueryPlan
 from dpsql.engines.base import TableFacts
 from dpsql.policy import Policy, load_policy
 
-from row_values import V, Values, SAMPLE_LIMIT  # noqa: E402  (tests/analysis is on sys.path)
+from row_values import GiveUp, V, Values, SAMPLE_LIMIT  # noqa: E402  (tests/analysis is on sys.path)
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAMMAR = ROOT / "grammars" / "dpsql.lark"
@@ -44,7 +44,8 @@ CORPUS = ROOT / "tests" / "corpus"
 
 COLUMN_TYPES = {
     "people": {"person_id": "BIGINT", "age": "INTEGER", "income": "DOUBLE", "state": "VARCHAR",
-               "city": "VARCHAR", "household": "INTEGER", "visit_date": "DATE", "name": "VARCHAR"},
+               "city": "VARCHAR", "household": "INTEGER", "visit_date": "DATE", "name": "VARCHAR",
+               "born": "DATE", "seen": "TIMESTAMP", "logged": "TIMESTAMP"},
     "staff_raw": {"person_id": "BIGINT", "salary": "DOUBLE"},
     "visits": {"visit_id": "BIGINT", "person_id": "BIGINT", "cost": "DOUBLE", "kind": "VARCHAR",
                "clinic": "VARCHAR", "ward": "INTEGER", "visited": "DATE"},
@@ -82,6 +83,9 @@ def policy_dict(ledger: str | Path = "unused-ledger.sqlite", *, relational: bool
                     "city": {},
                     "household": {"values": [1, 2, 3, 4, 5]},
                     "visit_date": {},
+                    "born": {"lower": "1920-01-01", "upper": "2010-12-31"},           # date functions (X1)
+                    "seen": {"lower": "2023-01-01 08:00:00", "upper": "2024-12-31"},  # a TIMESTAMP's
+                    "logged": {},
                 },
             },
             "staff": {
@@ -180,10 +184,10 @@ def sql_parser() -> Lark:
 # ----------------------------------------------------------------------------- the policy's names
 # Classes of each table's columns, as the terminal list of grammars/dpsql.lark defines them.
 
-ANY_COL = frozenset({"UNIT", "NUM_COL", "UNBOUNDED_NUM_COL", "TEXT_COL", "DATE_COL"})
+ANY_COL = frozenset({"UNIT", "NUM_COL", "UNBOUNDED_NUM_COL", "TEXT_COL", "DATE_COL", "TIMESTAMP_COL"})
 ON_COL = ANY_COL | {"LINK_COL", "LINK_KEY"}
 FAMILY_CLASSES = {"num": frozenset({"NUM_COL", "UNBOUNDED_NUM_COL"}), "text": frozenset({"TEXT_COL"}),
-                  "date": frozenset({"DATE_COL"})}
+                  "date": frozenset({"DATE_COL"}), "timestamp": frozenset({"TIMESTAMP_COL"})}
 
 
 def family(sql_type: str) -> str:
@@ -192,11 +196,14 @@ def family(sql_type: str) -> str:
         return "num"
     if t.startswith(("varchar", "text", "char")):
         return "text"
+    if t.startswith("timestamp"):
+        return "timestamp"
     return "date" if t == "date" else "other"
 
 
 def _type_class(sql_type: str) -> str:
-    return {"num": "UNBOUNDED_NUM_COL", "text": "TEXT_COL", "date": "DATE_COL"}[family(sql_type)]
+    return {"num": "UNBOUNDED_NUM_COL", "text": "TEXT_COL", "date": "DATE_COL",
+            "timestamp": "TIMESTAMP_COL"}[family(sql_type)]
 
 
 def table_classes(name: str) -> dict[str, tuple[str, frozenset[str]]]:
@@ -382,8 +389,7 @@ class Violation(Exception):
     """A side condition that does not hold."""
 
 
-class _GiveUp(Exception):
-    """(repair) No edit fixes this construct in place: an enclosing one replaces itself."""
+_GiveUp = GiveUp     # (defined in row_values, which raises it too: one class however this module is imported)
 
 
 def ident(text: str) -> str:
@@ -409,6 +415,7 @@ class Column:
     rng: tuple[Fraction, Fraction] | None = None    # a NUM_COL's range (X2)
     whole: bool = False           # its values are whole numbers (X2)
     dom: frozenset | None = None  # a text column's declared values (X4)
+    span: tuple | None = None     # a DATE's or TIMESTAMP's declared bounds (X1): dates, or datetimes
     computed: V | None = None     # X7: the value a row-level query's computed item stands for
     origin: tuple | None = None   # V5: (the base table's FROM item, column): the same through subqueries
 
@@ -667,6 +674,8 @@ class _Walk(Values):
             decl = t.column(c.name)
             if decl is not None and decl.values is not None:
                 c.dom = frozenset(decl.values)
+            if decl is not None and decl.span is not None:
+                c.span = decl.span if c.family == "date" else decl.time_span
             if decl is not None and decl.bounded and c.family == "num":
                 lo, hi = (Fraction(str(v)) for v in (decl.lower, decl.upper))
                 c.rng = (lo, hi)
@@ -1068,7 +1077,8 @@ class _Walk(Values):
         # J5: one FROM item, a table, a per-unit query or a row query that is itself simple
         simple = (len(scope.items) == 1 and (scope.items[0].rel.kind in ("protected", "public", "per_unit")
                                              or scope.items[0].rel.kind == "row" and scope.items[0].rel.simple)
-                  and not (where and any(where[0].find_pred(lambda t: t.data in ("in_subquery", "exists")))))
+                  and not (where and any(where[0].find_pred(lambda t: t.data in ("in_subquery", "exists"))))
+                  and all(c.computed is None for c in cols))           # columns only (X7)
         return Rel("row", cols, bool(scope.protected), filtered=filtered, star=star, items_node=items_node,
                    expose=expose, aliases=scope.aliases(), simple=simple,
                    r=math.prod(i.rel.r for i in scope.protected),
@@ -1222,6 +1232,8 @@ class _Walk(Values):
             return self.in_subquery(node, scope)
         if kind == "exists":
             return self.exists(node, scope)
+        if kind == "date_fn_test":
+            return self.date_fn_test(node, scope)
         cols = [self.col_of(c) for c in self.trees(node, "col", "num_col", "any_col")]
         if kind == "unit_eq":
             kind = "num_test"
@@ -1231,18 +1243,20 @@ class _Walk(Values):
         if kind == "text_test" and cols and not self.toks(node, "LIKE_OP"):
             strings = self.toks(node, "STRING")
             first = self.resolve(cols[0], scope)
-            if strings and len(cols) == 1 and first is not None and first[1].classes & FAMILY_CLASSES["date"] \
+            dated = FAMILY_CLASSES["date"] | FAMILY_CLASSES["timestamp"]
+            if strings and len(cols) == 1 and first is not None and first[1].classes & dated \
                     and all(re.fullmatch(r"'\d{4}-\d{2}-\d{2}'", t.value) for t in strings):
-                kind = "date_test"          # V1: a string compared with a DATE column is read as DATE '...'
+                # V1: a string compared with a DATE or TIMESTAMP column is read as DATE '...'
+                kind = "date_test" if first[1].classes & FAMILY_CLASSES["date"] else "timestamp_test"
                 for t in strings:
                     try:
                         dt.date.fromisoformat(t.value.strip("'"))
                     except ValueError:
                         self.bad(f"V1: {t.value} is not a date")
                         self.replace(t, "'2020-01-01'")
-        fam = {"num_test": "num", "text_test": "text", "date_test": "date"}[kind]
+        fam = {"num_test": "num", "text_test": "text", "date_test": "date", "timestamp_test": "timestamp"}[kind]
         literal = any(isinstance(c, Token) and c.type in ("STRING",) or isinstance(c, Tree) and
-                      c.data in ("num_lit", "date_lit") for c in node.children)
+                      c.data in ("num_lit", "date_lit", "timestamp_lit") for c in node.children)
         if len(cols) == 2 and not literal:
             first = self.resolve(cols[0], scope)
             fams = [f for f, cl in FAMILY_CLASSES.items() if first is not None and first[1].classes & cl]
@@ -1270,12 +1284,22 @@ class _Walk(Values):
             if len(pattern) > 1000:
                 self.bad("V3: a LIKE pattern longer than 1,000 characters")
                 self.replace(self.toks(node, "STRING")[0], "'%'")
+        self.real_dates(node)
+
+    def real_dates(self, node: Tree) -> None:
+        """V1: the DATE and TIMESTAMP literals of a test are real dates and times of day."""
         for d in (t for c in self.trees(node, "date_lit") for t in self.toks(c, "DATE_STRING")):
             try:
                 dt.date.fromisoformat(d.value.strip("'"))
             except ValueError:
                 self.bad(f"V1: {d.value} is not a date")
                 self.replace(d, "'2020-01-01'")
+        for d in (t for c in self.trees(node, "timestamp_lit") for t in self.toks(c, "TIMESTAMP_STRING")):
+            try:
+                dt.datetime.fromisoformat(d.value.strip("'"))
+            except ValueError:
+                self.bad(f"V1: {d.value} is not a date and time of day")
+                self.replace(d, "'2020-01-01 00:00:00'")
 
     def in_subquery(self, node: Tree, scope: Scope) -> None:
         outer_col, inner_col = (c for c in self.trees(node, "col"))
@@ -1433,7 +1457,8 @@ class _Walk(Values):
                     if alias:
                         key_aliases.add(ident(alias[0].value))
                         alias_of.setdefault(ident(alias[0].value), it)
-                    outputs.append(Output(ident(alias[0].value) if alias else None, it, alias[0] if alias else None))
+                    outputs.append(Output(ident(alias[0].value) if alias else self.plus_name(target), it,
+                                          alias[0] if alias else None))
                     continue
                 try:
                     item, col = self.column(bare, scope, frozenset({"KEY_COL"}), "key column", key_ok)
@@ -1665,6 +1690,9 @@ class _Walk(Values):
         else:
             arg = kids[2]
         v = self.measured_arg(arg, scope, fn)
+        if head.type == "VAR_FN" and max(abs(v.lo), abs(v.hi)) >= 10 ** 17:
+            self.bad(f"X3: {fn} of a value whose bounds reach 1e17")
+            self.replace(arg, "1")
         if head.type in ("QUANTILE_FN", "PERCENTILE_FN", "QUANTILE_OF") and not v.lo < v.hi:
             self.bad(f"X3: {fn} of a value with a single possible value")
             self.replace(agg, "COUNT(*)")
@@ -1688,6 +1716,17 @@ class _Walk(Values):
         if isinstance(node, Tree) and node.data in ("any_col", "key_ref", "col", "num_col"):
             return node if node.data == "col" else _Walk.col_of(node)
         return None
+
+    def plus_name(self, node) -> str | None:
+        """(*) W1: a key item written +col (unary plus signs, parentheses) is named as the column."""
+        plus = False
+        while isinstance(node, Tree) and (node.data == "value_unary" and node.children[0].value == "+"
+                                          or node.data == "value_atom" and len(node.children) == 3
+                                          and isinstance(node.children[0], Token) and node.children[0].value == "("):
+            plus = plus or node.data == "value_unary"
+            node = node.children[1]
+        bare = self.bare_col(node) if plus else None
+        return ident(self.toks(bare)[-1].value) if bare is not None else None
 
     def signature(self, node, scope: Scope) -> tuple:
         """A key expression as the checker compares it with GROUP BY's items (N2): its tokens, each
@@ -1746,13 +1785,18 @@ class _Walk(Values):
             else:
                 self.replace(node, "'x'")
 
+        outputs = set(aliases)        # the SELECT list's output names: AS names and bare key columns
+        for it in items:
+            bare = self.bare_col(it.children[0]) if it.data == "key_item" and not self.toks(it, "KEY_ALIAS") else None
+            if bare is not None:
+                outputs.add(ident(self.toks(bare)[-1].value))
         if not having:
-            # (*) X6: in ORDER BY, a name in an aggregate's FILTER (WHERE ...) that is an AS name of
+            # (*) X6: in ORDER BY, a name in an aggregate's FILTER (WHERE ...) that names an output of
             # the SELECT list is qualified (sqlglot reads it as the output, PostgreSQL as the column)
             for f in [t for t in clause.iter_subtrees_topdown() if t.data == "filter"]:
                 for c in [t for t in f.iter_subtrees_topdown() if t.data == "col"]:
                     toks = self.toks(c)
-                    if len(toks) == 1 and ident(toks[0].value) in aliases:
+                    if len(toks) == 1 and ident(toks[0].value) in outputs:
                         self.bad(f"X6: {toks[0].value} in FILTER in ORDER BY is an AS name of the SELECT list")
                         r = self.resolve(c, scope)
                         text = self.ref_text(scope, *r) if r is not None else None
@@ -1768,7 +1812,7 @@ class _Walk(Values):
                     # (repair) a column the repair put in the FILTER may bear an AS name: X6 again
                     words = re.findall(r'(?<![.\w"])("(?:[^"]|"")+"|[A-Za-z_]\w*)(?![\w.]|\s*\.)',
                                        re.sub(r"\s*\.\s*", ".", self.render(f.children[3])))
-                    if any(ident(w) in aliases for w in words):
+                    if any(ident(w) in outputs for w in words):
                         self.replace(f, "")
             elif node.data == "key_ref":
                 colnode = self.col_of(node)

@@ -13,8 +13,10 @@ dpsql.analysis.expressions: where the two disagree, the grammar tests fail.
 """
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import math
+import types
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -27,16 +29,21 @@ SAMPLE_LIMIT = Fraction(10) ** 15      # V4
 INT_TYPES = ("SMALLINT", "INTEGER", "INT", "BIGINT", "TINYINT")
 
 
+class GiveUp(Exception):
+    """(repair) No edit fixes this construct in place: an enclosing one replaces itself."""
+
+
 @dataclass(frozen=True)
 class V:
     """What the checker knows of one row value."""
-    kind: str                          # num | text | bool | date | null
+    kind: str                          # num | text | bool | date | timestamp | null
     lo: Fraction | None = None
     hi: Fraction | None = None
     whole: bool = False
     dom: frozenset | None = None       # its public domain (X4), if any
     unit: bool = False                 # reads a unit column (X3)
     cols: bool = False                 # reads a column at all
+    span: tuple | None = None          # a date's or timestamp's bounds (X1: declared, or truncated)
 
     @property
     def bounded(self) -> bool:
@@ -59,6 +66,53 @@ def _trunc(x: Fraction) -> Fraction:
     return Fraction(math.trunc(x))
 
 
+CONDITIONS = ("row_or", "row_and", "row_not", "row_test", "num_test", "text_test", "date_test", "timestamp_test",
+              "date_fn_test", "null_test")
+TIME_PARTS = ("hour", "minute")        # X1: fields and units of a TIMESTAMP only
+FIELD_WORDS = {"dayofweek": "dow", "dayofyear": "doy"}
+# X4: every value of a field (EXTRACT's ISO week, DOW from Sunday = 0, ISODOW from Monday = 1)
+FIELD_VALUES = {"quarter": range(1, 5), "month": range(1, 13), "week": range(1, 54), "day": range(1, 32),
+                "dow": range(0, 7), "isodow": range(1, 8), "doy": range(1, 367), "hour": range(0, 24),
+                "minute": range(0, 60)}
+
+
+def field_of(day: dt.date, field: str) -> int:
+    """A date's field, by the calendar (proleptic Gregorian, as PostgreSQL, DuckDB and Spark)."""
+    iso = day.isocalendar()
+    return {"year": day.year, "quarter": (day.month + 2) // 3, "month": day.month, "week": iso[1],
+            "day": day.day, "dow": iso[2] % 7, "isodow": iso[2], "doy": day.toordinal()
+            - dt.date(day.year, 1, 1).toordinal() + 1}[field]
+
+
+def truncate(v, unit: str):
+    """date_trunc(unit, v): a date stays a date, a datetime a datetime; weeks start on Monday."""
+    stamp = isinstance(v, dt.datetime)
+    day = v.date() if stamp else v
+    if unit in TIME_PARTS:
+        return v.replace(second=0, microsecond=0) if unit == "minute" else v.replace(minute=0, second=0,
+                                                                                    microsecond=0)
+    first = {"year": lambda: day.replace(month=1, day=1),
+             "quarter": lambda: day.replace(month=(day.month - 1) // 3 * 3 + 1, day=1),
+             "month": lambda: day.replace(day=1),
+             "week": lambda: day - dt.timedelta(days=day.weekday()),
+             "day": lambda: day}[unit]()
+    return dt.datetime.combine(first, dt.time()) if stamp else first
+
+
+def after(v, unit: str):
+    """The start of the next unit after v (v truncated), or None past year 9999."""
+    try:
+        if unit in TIME_PARTS:
+            return v + dt.timedelta(hours=unit == "hour", minutes=unit == "minute")
+        if unit in ("week", "day"):
+            return v + dt.timedelta(days=7 if unit == "week" else 1)
+        months = {"year": 12, "quarter": 3, "month": 1}[unit]
+        m = v.month - 1 + months
+        return v.replace(year=v.year + m // 12, month=m % 12 + 1)
+    except (OverflowError, ValueError):
+        return None
+
+
 class Values:
     """Mixed into conftest._Walk: bad, replace, render, column, resolve, condition, toks, trees."""
 
@@ -76,7 +130,11 @@ class Values:
             return self._unary(node, scope)
         if d == "value_atom":
             return self._atom(node, scope)
-        if d in ("row_or", "row_and", "row_not", "row_test", "num_test", "text_test", "date_test", "null_test"):
+        if d == "date_fn":
+            return self.date_fn(node, scope)
+        if d in ("dated", "fn_operand"):             # ( ... )
+            return self.value(node.children[1], scope)
+        if d in CONDITIONS:
             return self.bool_value(node, scope)
         if d == "num_lit":
             sign = -1 if any(t.value == "-" for t in self.toks(node, "SIGN")) else 1
@@ -87,14 +145,17 @@ class Values:
     def bool_value(self, node, scope) -> V:
         """A condition (WHERE's tests, no semi-joins) as a value: true, false or NULL. It reads the
         unit if a column it names, or one the repair put in its place, is a unit column."""
-        used = []
-        self.column = lambda *a, **k: used.append(type(self).column(self, *a, **k)) or used[-1]
-        picked = []
-        self.pick = lambda *a, **k: picked.append(type(self).pick(self, *a, **k)) or picked[-1]
+        used, picked = [], []
+        column, pick = self.column, self.pick           # (a condition may hold a value holding one)
+        self.column = lambda *a, **k: used.append(column(*a, **k)) or used[-1]
+        self.pick = lambda *a, **k: picked.append(pick(*a, **k)) or picked[-1]
         try:
             self.condition(node, scope)
         finally:
-            del self.column, self.pick
+            if isinstance(column, types.MethodType):
+                del self.column, self.pick
+            else:                                        # an enclosing condition's recorders
+                self.column, self.pick = column, pick
         used += [p[1:] for p in picked]
         used += [r for r in (self.resolve(c, scope) for c in node.iter_subtrees_topdown() if c.data == "col")
                  if r is not None]
@@ -124,8 +185,8 @@ class Values:
                 return V("num", whole=col.family == "num" and col.type in ("BIGINT", "INTEGER"), unit=unit,
                          cols=True)
             return V("num", col.rng[0], col.rng[1], col.whole, None, unit, True)
-        kind = {"text": "text", "date": "date"}.get(col.family, "other")
-        return V(kind, dom=col.dom if kind == "text" else None, unit=unit, cols=True)
+        kind = {"text": "text", "date": "date", "timestamp": "timestamp"}.get(col.family, "other")
+        return V(kind, dom=col.dom if kind == "text" else None, unit=unit, cols=True, span=col.span)
 
     # -- X1: operands of arithmetic
     def num(self, node, scope) -> V:
@@ -284,16 +345,62 @@ class Values:
             b_lo, b_hi = bucket(a.lo), bucket(a.hi)
             return _with_dom(V("num", Fraction(b_lo), Fraction(b_hi), True, None, a.unit, a.cols),
                              {Fraction(b) for b in range(b_lo, b_hi + 1)})
-        if word in ("EXTRACT", "DATE_PART", "DATE_TRUNC"):
-            inner = node.children[-2]
-            a = self.value(inner, scope)
-            self.bad("X1: a date function of a DATE without declared bounds")   # the test policy bounds no date
+        raise AssertionError(f"unknown value atom {word}")
+
+    # -- date functions (X1, X4)
+    def date_fn(self, node: Tree, scope, strict: bool = False) -> V:
+        """EXTRACT / DATE_PART / DATE_TRUNC of a date or timestamp with bounds. Repair: DATE_TRUNC
+        becomes its argument, EXTRACT the number 1 (strict, in a condition: _GiveUp)."""
+        word = node.children[0].value.upper()
+        if word == "EXTRACT":
+            part = self.toks(node, "DATE_FIELD")[0].value.lower()
+        else:
+            part = self.toks(node, "FIELD_STRING" if word == "DATE_PART" else "TRUNC_STRING")[0].value
+            part = part.strip("'").lower()
+        part = FIELD_WORDS.get(part, part)
+        inner = node.children[-2]
+        a = self.value(inner, scope)
+        if a.kind not in ("date", "timestamp") or a.span is None or (part in TIME_PARTS and a.kind == "date"):
+            self.bad(f"X1: {word} ({part}) of a {a.kind} value without bounds, or a time of a DATE")
+            if strict:
+                raise GiveUp
             if word == "DATE_TRUNC":
                 self.replace(node, self.render(inner))
                 return a
             self.replace(node, "1")
             return ONE
-        raise AssertionError(f"unknown value atom {word}")
+        lo, hi = a.span
+        if word == "DATE_TRUNC":
+            lo, hi = truncate(lo, part), truncate(hi, part)
+            values, v = [], lo
+            while v is not None and v <= hi and len(values) <= MAX_DOMAIN:
+                values.append(v)
+                v = after(v, part)
+            dom = frozenset(values) if len(values) <= MAX_DOMAIN else None
+            return V(a.kind, dom=dom, unit=a.unit, cols=a.cols, span=(lo, hi))
+        first, last = (x.date() if isinstance(x, dt.datetime) else x for x in (lo, hi))
+        if part in FIELD_VALUES and (part in TIME_PARTS or (last - first).days > 4 * 366):
+            values = set(FIELD_VALUES[part])
+        elif part == "year":
+            values = set(range(first.year, last.year + 1))
+        else:
+            values = {field_of(first + dt.timedelta(days=i), part) for i in range((last - first).days + 1)}
+        return _with_dom(V("num", Fraction(min(values)), Fraction(max(values)), True, None, a.unit, a.cols),
+                         {Fraction(x) for x in values})
+
+    def date_fn_test(self, node: Tree, scope) -> None:
+        """A date function compared with literals of its type (X1); a test it cannot repair
+        (_GiveUp) becomes `col IS NULL` in the caller."""
+        fn = self.trees(node, "date_fn", "fn_operand")[0]
+        while fn.data == "fn_operand":
+            fn = fn.children[1]
+        v = self.date_fn(fn, scope, strict=True)
+        self.real_dates(node)
+        want = {"num": ("num_lit",), "date": ("date_lit",), "timestamp": ("date_lit", "timestamp_lit")}[v.kind]
+        for lit in self.trees(node, "num_lit", "date_lit", "timestamp_lit"):
+            if lit.data not in want:
+                self.bad(f"X1: a {lit.data} compared with a date function of type {v.kind}")
+                self.replace(lit, "1" if v.kind == "num" else "DATE '2024-01-01'")
 
     def _numeric_fn(self, node: Tree, word: str, scope) -> V:
         arg = node.children[2]
@@ -342,8 +449,9 @@ class Values:
                     self.replace(n, "1")
             real = [p if p.bounded else ONE for p in real]
         whole = all(p.whole for p in real)
+        first_num = next(n for n, p in zip(nodes, parts) if p.kind == "num")      # (not a NULL before it)
         out = self.limited(node, V("num", min(p.lo for p in real), max(p.hi for p in real), whole), real,
-                           nodes[0])
+                           first_num)
         return V("num", out.lo, out.hi, out.whole, dom if dom is None or len(dom) <= MAX_DOMAIN else None,
                  unit, cols)
 
@@ -354,8 +462,8 @@ class Values:
         if v.kind == "num" and v.bounded:
             return Column(name, "BIGINT" if v.whole else "DOUBLE", frozenset({"KEY_COL", "COMPUTED"}),
                           rng=(v.lo, v.hi), whole=v.whole, computed=v)
-        ty = {"text": "VARCHAR", "date": "DATE", "bool": "BOOLEAN"}.get(v.kind, "NULL")
-        return Column(name, ty, frozenset({"KEY_COL", "COMPUTED"} if v.kind in ("text", "date", "bool")
+        ty = {"text": "VARCHAR", "date": "DATE", "timestamp": "TIMESTAMP", "bool": "BOOLEAN"}.get(v.kind, "NULL")
+        return Column(name, ty, frozenset({"KEY_COL", "COMPUTED"} if v.kind in ("text", "date", "timestamp", "bool")
                                           else {"COMPUTED"}), computed=v)
 
     # -- aggregates' arguments
@@ -370,8 +478,7 @@ class Values:
         return ONE
 
     def counted(self, node, scope) -> V:
-        if isinstance(node, Tree) and node.data in ("row_or", "row_and", "row_not", "row_test", "num_test",
-                                                    "text_test", "date_test", "null_test"):
+        if isinstance(node, Tree) and node.data in CONDITIONS:
             return self.bool_value(node, scope)
         return self.value(node, scope)
 
@@ -379,7 +486,7 @@ class Values:
         """A group key computed from the row (X3, X5): reads no unit column; a number, a text, a
         date or a condition; its domain kept only for whole numbers."""
         v = self.counted(node, scope)
-        if v.unit or v.kind not in ("num", "text", "bool", "date"):
+        if v.unit or v.kind not in ("num", "text", "bool", "date", "timestamp"):
             self.bad("X3: a group key of the unit, or a NULL key")
             self.replace(node, "'x'")
             return V("text", dom=frozenset({"x"}))

@@ -87,13 +87,16 @@ def people_duckdb(tmp_path_factory, regions) -> str:
     path = str(tmp_path_factory.mktemp("corpus") / "people.duckdb")
     con = duckdb.connect(path)
     con.execute("""CREATE TABLE people (person_id BIGINT, age INTEGER, income DOUBLE, state VARCHAR,
-                   city VARCHAR, household INTEGER, visit_date DATE, name VARCHAR)""")
+                   city VARCHAR, household INTEGER, visit_date DATE, name VARCHAR, born DATE, seen TIMESTAMP,
+                   logged TIMESTAMP)""")
     rows = []
     cities = ["Springfield", "San Jose", "Austin", "Albany", SECRET]
     for i in range(1, 301):
         rows.append((i, 18 + i % 70, float(1000 * (i % 97)), ["CA", "NY", "TX"][i % 3], cities[i % 5],
-                     1 + i % 5, dt.date(2022, 1, 1) + dt.timedelta(days=i), f"{SECRET}-{i}"))
-    con.executemany("INSERT INTO people VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+                     1 + i % 5, dt.date(2022, 1, 1) + dt.timedelta(days=i), f"{SECRET}-{i}",
+                     dt.date(1930, 1, 1) + dt.timedelta(days=97 * i), dt.datetime(2023, 1, 1, 8) + dt.timedelta(hours=53 * i),
+                     dt.datetime(2020, 1, 1) + dt.timedelta(minutes=7919 * i)))
+    con.executemany("INSERT INTO people VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
     con.execute("CREATE VIEW people_view AS SELECT * FROM people")
     con.execute("CREATE TABLE staff_raw (person_id BIGINT, salary DOUBLE)")
     con.execute(f"INSERT INTO staff_raw VALUES ({PRESENT}, 123456.0)")

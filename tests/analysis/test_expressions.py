@@ -14,14 +14,19 @@ from dpsql.policy import load_policy
 from dpsql.rewrite import to_sql
 
 TYPES = {"pid": "BIGINT", "age": "INTEGER", "income": "DOUBLE", "state": "VARCHAR", "score": "DECIMAL(10,2)",
-         "flag": "BOOLEAN", "raw": "BIGINT", "day": "DATE", "open_day": "DATE", "at": "TIMESTAMP"}
+         "flag": "BOOLEAN", "raw": "BIGINT", "day": "DATE", "open_day": "DATE", "at": "TIMESTAMP",
+         "seen": "TIMESTAMP", "seen_ns": "TIMESTAMP_NS", "seen_tz": "TIMESTAMP WITH TIME ZONE", "far_ns": "TIMESTAMP_NS"}
 POLICY = load_policy({
     "budget": {"epsilon": 10.0, "delta": 1e-3, "ledger": "unused.sqlite"},
     "defaults": {"epsilon": 1.0, "delta": 1e-6},
     "tables": {"p": {"privacy_unit": "pid", "max_rows_per_unit": 2, "max_groups_per_unit": 2, "columns": {
         "age": {"lower": 0, "upper": 120}, "income": {"lower": 0, "upper": 500000},
         "state": {"values": ["CA", "NY", "TX"]}, "score": {"lower": -10, "upper": 10}, "flag": {}, "raw": {},
-        "day": {"lower": datetime.date(2023, 1, 1), "upper": "2024-12-31"}, "open_day": {}, "at": {}}}}})
+        "day": {"lower": datetime.date(2023, 1, 1), "upper": "2024-12-31"}, "open_day": {}, "at": {},
+        "seen": {"lower": datetime.datetime(2023, 1, 1, 8, 30), "upper": "2024-12-31"},      # upper: that whole day
+        "seen_ns": {"lower": "2023-01-01 00:00:00", "upper": "2024-12-31T23:59:59.5"},
+        "seen_tz": {"lower": "2023-01-01", "upper": "2024-12-31"},
+        "far_ns": {"lower": "0001-01-01", "upper": "9999-12-31"}}}}})
 SETTINGS = Settings(1.0, 1e-6, "laplace")
 
 
@@ -155,6 +160,13 @@ def test_where_narrows_a_public_domain():
     ("SELECT SUM(CASE WHEN age > 3 THEN 'a' ELSE 1 END) FROM p", "different types"),
     ("SELECT date_trunc('month', open_day) AS m, COUNT(*) FROM p GROUP BY 1", "no declared date bounds"),
     ("SELECT EXTRACT(year FROM at) AS y, COUNT(*) FROM p GROUP BY 1", "TIMESTAMP"),
+    ("SELECT EXTRACT(year FROM at) AS y, COUNT(*) FROM p GROUP BY 1", "no declared bounds"),
+    ("SELECT date_trunc('month', seen_tz) AS m, COUNT(*) FROM p GROUP BY 1", "session's time zone"),
+    ("SELECT EXTRACT(hour FROM seen_tz) AS m, COUNT(*) FROM p GROUP BY 1", "TIME ZONE"),
+    ("SELECT date_trunc('year', far_ns) AS m, COUNT(*) FROM p GROUP BY 1", "1678-2261"),
+    ("SELECT EXTRACT(hour FROM day) AS h, COUNT(*) FROM p GROUP BY 1", "no time of day"),
+    ("SELECT EXTRACT(second FROM seen) AS h, COUNT(*) FROM p GROUP BY 1", "fields admitted"),
+    ("SELECT date_trunc('second', seen) AS h, COUNT(*) FROM p GROUP BY 1", "units admitted"),
     ("SELECT date_trunc('hour', day) AS m, COUNT(*) FROM p GROUP BY 1", "units admitted"),
     ("SELECT EXTRACT(epoch FROM day) AS m, COUNT(*) FROM p GROUP BY 1", "fields admitted"),
     ("SELECT EXTRACT(year FROM age) AS m, COUNT(*) FROM p GROUP BY 1", "applies to dates"),
@@ -193,3 +205,126 @@ def test_a_wide_modulo_has_no_domain_and_builds_none():
     enumerates them (an analyst must not be able to make the server build such a set)."""
     p = plan("SELECT COUNT(*) FROM p GROUP BY (age * 1000000000000) % 1000000000000000")
     assert p.keys[0].domain is None and p.selection is not None
+
+
+DT = datetime.datetime
+
+
+@pytest.mark.parametrize("expr, first, last, n", [
+    ("date_trunc('month', seen)", DT(2023, 1, 1), DT(2024, 12, 1), 24),     # the lower bound's month, from 00:00
+    ("date_trunc('year', seen_ns)", DT(2023, 1, 1), DT(2024, 1, 1), 2),
+    ("date_trunc('week', seen)", DT(2022, 12, 26), DT(2024, 12, 30), 106),
+    ("date_trunc('day', seen)", DT(2023, 1, 1), DT(2024, 12, 31), 731),     # a date upper bound keeps its day
+    ("EXTRACT(hour FROM seen)", 0, 23, 24),
+    ("date_part('minute', seen_ns)", 0, 59, 60),
+    ("EXTRACT(year FROM seen)", 2023, 2024, 2),
+    ("EXTRACT(isodow FROM seen)", 1, 7, 7),
+    ("EXTRACT(quarter FROM date_trunc('month', seen))", 1, 4, 4),
+])
+def test_timestamps_with_declared_bounds_give_derived_domains(expr, first, last, n):
+    p = plan(f"SELECT {expr} AS k, COUNT(*) FROM p GROUP BY 1")
+    dom = p.keys[0].domain
+    assert (dom[0], dom[-1], len(dom)) == (first, last, n) and p.selection is None
+    assert p.keys[0].sql_type == ("TIMESTAMP" if "trunc" in expr and "EXTRACT" not in expr else "BIGINT")
+
+
+def test_timestamp_hours_over_two_years_go_through_partition_selection():
+    p = plan("SELECT date_trunc('hour', seen) AS k, COUNT(*) FROM p GROUP BY 1")
+    assert p.keys[0].domain is None and p.selection is not None
+
+
+@pytest.mark.parametrize("dialect", ["duckdb", "postgres"])
+def test_timestamp_functions_clamp_to_timestamp_constants_and_read_a_plain_timestamp(dialect):
+    """The clamp compares the column with TIMESTAMP constants (a date upper bound is that day's
+    last microsecond), and its result is cast to TIMESTAMP, so TIMESTAMP_NS/_S/_MS and timestamp(p)
+    columns reach date_trunc and EXTRACT as one type."""
+    sql = to_sql(plan("SELECT date_trunc('month', seen_ns) AS k, COUNT(*) FROM p GROUP BY 1", dialect), dialect)
+    assert "< CAST('2023-01-01 00:00:00' AS TIMESTAMP) THEN CAST('2023-01-01 00:00:00' AS TIMESTAMP)" in sql
+    assert "> CAST('2024-12-31 23:59:59.500000' AS TIMESTAMP)" in sql
+    assert "END AS TIMESTAMP))" in sql and "TIMESTAMPTZ" not in sql.upper().replace("TIMESTAMP)", "")
+    sql = to_sql(plan("SELECT COUNT(*) FROM p WHERE EXTRACT(hour FROM seen) = 3", dialect), dialect)
+    assert "> CAST('2024-12-31 23:59:59.999999' AS TIMESTAMP)" in sql
+
+
+def test_timestamp_date_functions_are_refused_on_spark():
+    with pytest.raises(QueryRejected, match="Spark"):
+        plan("SELECT date_trunc('month', seen) AS k, COUNT(*) FROM p GROUP BY 1", "spark")
+    with pytest.raises(QueryRejected, match="Spark"):
+        plan("SELECT COUNT(*) FROM p WHERE EXTRACT(year FROM seen) = 2024", "spark")
+    plan("SELECT COUNT(*) FROM p WHERE EXTRACT(year FROM day) = 2024", "spark")      # DATE columns are fine there
+
+
+# ------------------------------------------------------------------ date functions in WHERE, FILTER, CASE WHEN
+
+@pytest.mark.parametrize("where", [
+    "EXTRACT(year FROM day) = 2024",
+    "2024 <= date_part('year', day)",
+    "date_trunc('month', day) = DATE '2024-03-01'",
+    "date_trunc('month', day) <> '2024-03-01'",                   # a date string, as PostgreSQL reads it
+    "EXTRACT(dow FROM day) IN (0, 6)",
+    "EXTRACT(dow FROM day) NOT IN (0, 6) AND EXTRACT(doy FROM day) BETWEEN 1 AND 31.5",
+    "(EXTRACT(month FROM day)) = 3 OR age > 3",
+    "date_trunc('quarter', day) BETWEEN DATE '0001-01-01' AND DATE '9999-12-31'",
+    "EXTRACT(year FROM day) IS NULL",
+    "EXTRACT(month FROM day) < 999999999999999999",
+    "EXTRACT(year FROM seen) = 2024 AND EXTRACT(hour FROM seen) BETWEEN 8 AND 17",
+    "date_trunc('hour', seen) >= TIMESTAMP '2024-01-01 10:00:00'",
+    "date_trunc('day', seen_ns) < DATE '2024-01-01'",             # a DATE constant meets a TIMESTAMP
+    "date_trunc('month', seen) IN (TIMESTAMP '2024-01-01 00:00:00', DATE '2024-02-01')",
+    "seen < TIMESTAMP '2024-06-01 12:00:00'",                     # the column itself, as before
+])
+@pytest.mark.parametrize("dialect", ["duckdb", "postgres"])
+def test_where_admits_date_functions_of_bounded_columns_as_a_per_row_flag(where, dialect):
+    p = plan(f"SELECT COUNT(*) FROM p WHERE {where}", dialect)
+    sql = to_sql(p, dialect)
+    # the analyst's WHERE is the per-row flag _h inside FILTER, never the rows' WHERE (timing)
+    assert "FILTER(WHERE _h)" in sql.replace(" (", "(")
+    rows_where = sql[sql.rindex(" WHERE "):]
+    assert "EXTRACT" not in rows_where and "DATE_TRUNC" not in rows_where
+    if "seen <" not in where:
+        assert "CASE WHEN" in str(p.where.sql(dialect))              # evaluated on the clamped value
+
+
+def test_date_functions_in_filter_and_case_when():
+    p = plan("SELECT COUNT(*) FILTER (WHERE EXTRACT(year FROM day) = 2023) AS a, "
+             "SUM(CASE WHEN date_trunc('month', seen) = TIMESTAMP '2024-03-01 00:00:00' THEN 1 ELSE 0 END) AS b FROM p")
+    assert p.measures[0].filter is not None and "EXTRACT" in p.measures[0].filter.sql()
+    sql = to_sql(p).replace("\n", " ")
+    assert "FILTER(WHERE _f0)" in sql.replace(" (", "(") and "DATE_TRUNC('MONTH'" in sql
+
+
+@pytest.mark.parametrize("where, reason", [
+    ("EXTRACT(year FROM day) = DATE '2024-01-01'", "comparing"),
+    ("EXTRACT(year FROM day) = '2024'", "comparing"),
+    ("date_trunc('month', day) = TIMESTAMP '2024-03-01 00:00:00'", "comparing date with timestamp"),
+    ("date_trunc('month', day) = 2024", "comparing"),
+    ("date_trunc('month', day) = 'March'", "not a date"),
+    ("EXTRACT(year FROM day) = age", "date function with a column"),
+    ("EXTRACT(year FROM day) = EXTRACT(year FROM day)", "date function with a column"),
+    ("EXTRACT(year FROM open_day) = 2024", "no declared date bounds"),
+    ("EXTRACT(year FROM at) = 2024", "no declared bounds"),
+    ("EXTRACT(year FROM seen_tz) = 2024", "time zone"),
+    ("EXTRACT(year FROM day) = 1e400", "numeric literal"),
+    ("EXTRACT(year FROM day) LIKE '2%'", "LIKE on a non-text"),
+    ("EXTRACT(year FROM day) IS TRUE", "IS TRUE/FALSE"),
+    ("date_trunc('month', day) IN (DATE '2024-02-30')", "malformed date"),
+    ("EXTRACT(year FROM day) + 1 = 2024", "arithmetic"),
+    ("LENGTH(state) = 2", "function"),
+])
+def test_where_refuses_date_functions_it_cannot_prove_total(where, reason):
+    assert reason in refused(f"SELECT COUNT(*) FROM p WHERE {where}")
+
+
+def test_where_on_a_date_function_does_not_narrow_a_key_domain():
+    """Narrowing reads only col = literal on a bare column: a date function's WHERE leaves the
+    derived domain whole (every month is released; the others carry noise only)."""
+    p = plan("SELECT date_trunc('month', day) AS m, COUNT(*) FROM p WHERE EXTRACT(year FROM day) = 2024 GROUP BY 1")
+    assert len(p.keys[0].domain) == 24
+
+
+def test_variance_of_a_value_beyond_1e17_is_refused():
+    """The squared sum adds (2x - (lo + hi))^2 in the engine's 128-bit type: with bounds past 1e17
+    a square could overflow on some rows (found on DuckDB by the extreme-values grammar test)."""
+    assert "1e17" in refused("SELECT VARIANCE(income * 1000000000000) FROM p")
+    assert "1e17" in refused("SELECT STDDEV(age * 1000000000000000.5) FROM p")
+    assert plan("SELECT VARIANCE(income * 100000000000) FROM p")      # 5e16: the squares fit

@@ -91,6 +91,9 @@ def _shared_pick(names: tuple[str, ...], key: str) -> st.SearchStrategy[str]:
 _STRING_CHARS = st.sampled_from(list("abcXYZ 019%_") + ["''"])
 _TEXT = st.lists(_STRING_CHARS, max_size=8).map(lambda cs: "'" + "".join(cs) + "'")
 _DATES = st.dates(min_value=dt.date(1900, 1, 1), max_value=dt.date(2100, 12, 31)).map(lambda d: f"'{d.isoformat()}'")
+_STAMPS = st.tuples(st.datetimes(min_value=dt.datetime(1900, 1, 1), max_value=dt.datetime(2100, 12, 31)),
+                    st.sampled_from([" ", "T"]), st.sampled_from(["seconds", "milliseconds", "microseconds"])).map(
+    lambda t: f"'{t[0].isoformat(sep=t[1], timespec=t[2])}'")
 _NUMBERS = st.one_of(
     st.integers(0, 1000).map(str),
     st.integers(0, 10**18 - 1).map(str),
@@ -112,6 +115,7 @@ def _explicit(parser: Lark, names: dict[str, tuple[str, ...]]) -> dict[str, st.S
         "COUNT_LIT": st.integers(0, 100).map(str),
         "STRING": _TEXT,
         "DATE_STRING": _DATES,
+        "TIMESTAMP_STRING": _STAMPS,
         "WS": st.just(" "),
         "COMMENT": st.sampled_from([" ", " ", " ", "/* note */", "-- note\n"]),
     }

@@ -166,3 +166,71 @@ def test_spark_refuses_two_columns_it_reports_as_timestamp():
     with pytest.raises(QueryRejected, match="TIMESTAMP"):
         analyze(tree, POLICY, schema, SETTINGS, "spark")
     plan("ts < tns", "spark")           # both TIMESTAMP_NTZ by name: one type, compared as they are
+
+
+# ---------------------------------------------------------------------------------------- date functions in WHERE
+
+BOUNDED = load_policy({
+    "budget": {"epsilon": 10.0, "delta": 1e-3, "ledger": "unused.sqlite"},
+    "defaults": {"epsilon": 1.0, "delta": 1e-6},
+    "tables": {"x": {"privacy_unit": "pid", "columns": {
+        "d": {"lower": "0001-01-01", "upper": "9999-12-31"}, "ts": {"lower": "0001-01-01", "upper": "9999-12-31"},
+        "tns": {"lower": "1970-01-01", "upper": "2100-01-01"}, "tz": {"lower": "2000-01-01", "upper": "2001-01-01"}}}},
+})
+
+
+def bounded(where: str, dialect: str = "duckdb"):
+    schema = Schema(columns={"x": TYPES[dialect]}, base_tables=frozenset({"x"}))
+    return analyze(classify(f"SELECT COUNT(*) FROM x WHERE {where}").tree, BOUNDED, schema,   # read as dpsql reads it
+                   SETTINGS, dialect)
+
+
+def _clamped_only(p) -> bool:
+    """Every read of a date column in the WHERE is inside a clamp (CASE WHEN col < lo ...), or a
+    bare comparison of the column with a literal."""
+    for col in p.where.find_all(exp.Column):
+        parent = col.parent
+        if isinstance(parent, (exp.LT, exp.GT)) and isinstance(parent.parent, exp.If):
+            continue                    # the clamp's test
+        if isinstance(parent, exp.Case):
+            continue                    # the clamp's ELSE
+        return False
+    return True
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_date_functions_in_where_read_the_clamped_column_and_meet_literals_of_their_type(dialect):
+    p = bounded("EXTRACT(year FROM d) = 9999 AND date_trunc('week', d) >= DATE '0001-01-01' "
+                "AND EXTRACT(dow FROM d) IN (0, 6) AND date_part('doy', d) BETWEEN -999999999999999999 AND 1e18",
+                dialect)
+    assert _clamped_only(p)
+    casts = [c for c in p.where.find_all(exp.Cast) if isinstance(c.this, exp.Column)]
+    assert not casts, "a column is never converted: only the clamped value, inside the function"
+    assert "refused" not in to_sql(p, dialect)
+
+
+def test_extract_meets_numeric_literals_as_a_bigint_column_does():
+    """EXTRACT is a BIGINT: an integral literal stays as it is, a fractional one goes out as a DOUBLE
+    (DuckDB) or stays NUMERIC (PostgreSQL): both total against a BIGINT."""
+    duck = bounded("EXTRACT(month FROM d) < 2.5 AND EXTRACT(month FROM d) = 3")
+    assert {c.to.this for c in duck.where.find_all(exp.Cast) if isinstance(c.this, exp.Literal) and not c.this.is_string} \
+        == {exp.DataType.Type.DOUBLE}
+    pg = bounded("EXTRACT(month FROM d) < 2.5", "postgres")
+    assert not [c for c in pg.where.find_all(exp.Cast) if isinstance(c.this, exp.Literal) and not c.this.is_string]
+
+
+@pytest.mark.parametrize("dialect", ("duckdb", "postgres"))
+def test_timestamp_functions_in_where(dialect):
+    p = bounded("EXTRACT(hour FROM ts) = 23 AND date_trunc('hour', tns) < TIMESTAMP '9999-12-31 23:59:59.999999' "
+                "AND date_trunc('minute', ts) > DATE '0001-01-01'", dialect)
+    assert _clamped_only(p)
+    # the nanosecond column's function is a plain TIMESTAMP: a literal beyond the column's own range
+    # meets the clamped value, not the column (which still refuses it on DuckDB)
+    if dialect == "duckdb":
+        assert "range" in refused("tns < TIMESTAMP '9999-12-31 23:59:59.999999'", dialect)
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_zoned_timestamps_take_no_date_functions(dialect):
+    with pytest.raises(QueryRejected, match="time zone|Spark"):
+        bounded("EXTRACT(year FROM tz) = 2000", dialect)

@@ -52,6 +52,25 @@ CASES = {
         "SELECT b, COALESCE(n, 0) FROM range(1, 7) r(b) LEFT JOIN (SELECT CASE WHEN a >= 100 THEN 6 "
         "ELSE CAST(floor(a * 5 / 100) AS BIGINT) + 1 END AS k, COUNT(*) n FROM (SELECT LEAST(GREATEST(age, 0), 120) "
         "AS a FROM people WHERE age IS NOT NULL) GROUP BY 1) c ON c.k = r.b"),
+    "where_extract": (
+        # date functions of a bounded DATE in WHERE (a per-row flag); Spark's DOW is renumbered
+        "SELECT COUNT(*) AS n FROM visits WHERE EXTRACT(year FROM visit_date) = 2024 "
+        "AND EXTRACT(dow FROM visit_date) IN (0, 6)",
+        "SELECT SUM(LEAST(n, 5)) FROM (SELECT person_id, COUNT(*) n FROM visits WHERE EXTRACT(year FROM visit_date) "
+        "= 2024 AND EXTRACT(dow FROM visit_date) IN (0, 6) GROUP BY 1)"),
+    "where_date_trunc_key": (
+        "SELECT EXTRACT(quarter FROM visit_date) AS q, COUNT(*) AS n FROM visits "
+        "WHERE date_trunc('month', visit_date) BETWEEN DATE '2024-01-01' AND '2024-06-01' GROUP BY 1",
+        # every quarter is released (the derived domain; WHERE on a function does not narrow it)
+        "SELECT q, SUM(LEAST(COALESCE(n, 0), 5)) FROM range(1, 5) r(q) LEFT JOIN (SELECT person_id, "
+        "EXTRACT(quarter FROM visit_date) k, COUNT(*) n FROM visits WHERE visit_date BETWEEN DATE '2024-01-01' "
+        "AND DATE '2024-06-30' GROUP BY 1, 2) c ON c.k = r.q GROUP BY q"),
+    "filter_extract": (
+        "SELECT COUNT(*) FILTER (WHERE EXTRACT(month FROM visit_date) = 3) AS march, "
+        "SUM(CASE WHEN date_trunc('year', visit_date) = DATE '2023-01-01' THEN 1 ELSE 0 END) AS y2023 FROM visits",
+        "SELECT SUM(LEAST(m, 5)), SUM(LEAST(y, 5)) FROM (SELECT person_id, COUNT(*) FILTER (WHERE "
+        "EXTRACT(month FROM visit_date) = 3) m, SUM(CASE WHEN EXTRACT(year FROM visit_date) = 2023 THEN 1 ELSE 0 END) y "
+        "FROM visits GROUP BY 1)"),
     "narrowed_domain": (
         "SELECT state, COUNT(*) AS n FROM people WHERE state IN ('CA', 'NY') GROUP BY state",
         "SELECT state, COUNT(*) FROM people WHERE state IN ('CA', 'NY') GROUP BY state"),

@@ -109,6 +109,8 @@ def _ord_text(engine: str, values=("CA", "NY", "TX")) -> Callable[[int], str]:
 
 CHAR_DOMAIN = ["CA", "NY", "", "ñé", "TX"]
 DATE_BOUNDS = {"lower": "2000-01-01", "upper": "2030-12-31"}    # date_trunc and EXTRACT need them
+TS_BOUNDS = {"lower": "2000-01-01 00:00:00", "upper": "2030-12-31"}
+WIDE_TS_BOUNDS = {"lower": "0001-01-01 00:00:00", "upper": "9999-12-31 23:59:59.999999"}   # the whole of years 1-9999
 INT_DOMAIN = [-32768, 0, 1, 32767]
 
 
@@ -119,18 +121,18 @@ def duckdb_columns() -> list[Col]:
     return [
         Col("d", "DATE", "date", DATE_BOUNDS, _casts(e, "DATE", ["infinity", "-infinity", "5881580-07-10", "5877642-06-25 (BC)",
                                                         "0001-01-01", "9999-12-31", "1582-10-10"]), _ord_date),
-        Col("ts", "TIMESTAMP", "ts", {}, _casts(e, "TIMESTAMP", [
+        Col("ts", "TIMESTAMP", "ts", TS_BOUNDS, _casts(e, "TIMESTAMP", [
             "infinity", "-infinity", "294247-01-10 04:00:54.775806", "290309-12-22 (BC) 00:00:00",
             "9999-12-31 23:59:59.999999", "0001-01-01 00:00:00"]), _ord_ts("TIMESTAMP")),
-        Col("tns", "TIMESTAMP_NS", "ts", {}, ("CAST('infinity' AS TIMESTAMP_NS)", "CAST('-infinity' AS TIMESTAMP_NS)",
+        Col("tns", "TIMESTAMP_NS", "ts", TS_BOUNDS, ("CAST('infinity' AS TIMESTAMP_NS)", "CAST('-infinity' AS TIMESTAMP_NS)",
                                               "make_timestamp_ns(9223372036854775806)",
                                               "make_timestamp_ns(-9223372036854775806)"), _ord_ts("TIMESTAMP_NS")),
         Col("tz", "TIMESTAMPTZ", "ts", {}, _casts(e, "TIMESTAMPTZ", [
             "infinity", "-infinity", "294247-01-09 04:00:54.775806+00", "290309-12-22 (BC) 00:00:00+00",
             "9999-12-31 23:59:59.999999+00"]), _ord_ts("TIMESTAMPTZ")),
-        Col("tsec", "TIMESTAMP_S", "ts", {}, _casts(e, "TIMESTAMP_S", [
+        Col("tsec", "TIMESTAMP_S", "ts", TS_BOUNDS, _casts(e, "TIMESTAMP_S", [
             "infinity", "-infinity", "294247-01-10 04:00:54", "290309-12-22 (BC) 00:00:00"]), _ord_ts("TIMESTAMP_S")),
-        Col("tms", "TIMESTAMP_MS", "ts", {}, _casts(e, "TIMESTAMP_MS", [
+        Col("tms", "TIMESTAMP_MS", "ts", WIDE_TS_BOUNDS, _casts(e, "TIMESTAMP_MS", [
             "infinity", "294247-01-10 04:00:54.775", "290309-12-22 (BC) 00:00:00"]), _ord_ts("TIMESTAMP_MS")),
         Col("n", "DECIMAL(38,10)", "num", {"lower": -100, "upper": 100.5}, _casts(e, "DECIMAL(38,10)", [
             "9999999999999999999999999999.9999999999", "-9999999999999999999999999999.9999999999",
@@ -168,10 +170,10 @@ def postgres_columns() -> list[Col]:
     return [
         Col("d", "date", "date", DATE_BOUNDS, _casts(e, "date", ["infinity", "-infinity", "5874897-12-31", "4713-01-01 BC",
                                                         "0001-01-01", "9999-12-31", "10000-01-01"]), _ord_date),
-        Col("ts", "timestamp", "ts", {}, _casts(e, "timestamp", [
+        Col("ts", "timestamp", "ts", TS_BOUNDS, _casts(e, "timestamp", [
             "infinity", "-infinity", "294276-12-31 23:59:59.999999", "4713-01-01 00:00:00 BC",
-            "10000-01-01 00:00:00", "0001-01-01 00:00:00"]), _ord_ts("timestamp")),
-        Col("ts3", "timestamp(3)", "ts", {}, _casts(e, "timestamp(3)", [
+            "10000-01-01 00:00:00", "0001-01-01 00:00:00", "9999-12-31 23:59:59.999999"]), _ord_ts("timestamp")),
+        Col("ts3", "timestamp(3)", "ts", WIDE_TS_BOUNDS, _casts(e, "timestamp(3)", [
             "infinity", "294276-12-31 23:59:59.999", "4713-01-01 00:00:00 BC"]), _ord_ts("timestamp(3)")),
         Col("tz", "timestamptz", "ts", {}, _casts(e, "timestamptz", [
             "infinity", "-infinity", "294276-12-31 23:59:59.999999+00", "4714-11-24 00:00:00+00 BC",
@@ -491,7 +493,10 @@ def problems(outcomes: dict[str, dict[str, Outcome]]) -> list[str]:
         errors = {ds: o.detail for ds, o in by_ds.items() if o.kind == "error"}
         first = next(iter(by_ds.values()))
         if errors:
-            out.append(f"engine error on {sorted(errors)}: {_short(sql)}")
+            out.append(f"engine error on {sorted(errors)} ({_short(next(iter(errors.values())), 400)}): {_short(sql)}")
+            if os.environ.get("DPSQL_EV_DUMP"):          # the whole query, to reproduce it
+                with open(os.environ["DPSQL_EV_DUMP"], "a", encoding="utf-8") as f:
+                    f.write(sql + "\n-- " + next(iter(errors.values())).replace("\n", " ") + "\n\n")
         elif not all(o.same_as(first) for o in by_ds.values()):
             out.append(f"outcomes differ ({ {ds: o.kind for ds, o in by_ds.items()} }): {_short(sql)}")
     return out
@@ -673,6 +678,28 @@ def expression_queries(engine: Engine, table: str = "x", quick: bool = False) ->
                 f"SUM(CASE WHEN {d} > DATE '2020-06-30' THEN EXTRACT(doy FROM {d}) ELSE 0 END) FROM {table} GROUP BY 1",
                 f"SELECT date_part('quarter', {d}) AS q, AVG(EXTRACT(week FROM {d})) FROM {table} GROUP BY q",
                 f"SELECT date_trunc('year', {d}) AS y, COUNT(*) FROM {table} GROUP BY date_trunc('year', {d})"]
+        # date functions in WHERE, FILTER and CASE WHEN, with the extreme literals of their types
+        out += [f"SELECT COUNT(*) FROM {table} WHERE EXTRACT(year FROM {d}) = 9999 OR date_trunc('month', {d}) = "
+                "DATE '0001-01-01'",
+                f"SELECT COUNT(*) FROM {table} WHERE EXTRACT(dow FROM {d}) IN (0, 6) AND EXTRACT(doy FROM {d}) "
+                "BETWEEN -999999999999999999 AND 1e18",
+                f"SELECT date_trunc('quarter', {d}) AS q, COUNT(*) FILTER (WHERE EXTRACT(month FROM {d}) <> 1), "
+                f"SUM(CASE WHEN date_trunc('week', {d}) <= DATE '9999-12-31' THEN 1 ELSE 0 END) FROM {table} "
+                f"WHERE date_trunc('year', {d}) > '0001-01-01' GROUP BY 1"]
+    # bounded TIMESTAMPs (issue 15): not on Spark, which refuses them (its TIMESTAMP may be zoned)
+    stamps = [c.name for c in engine.of_kind("ts") if "lower" in c.policy] if engine.name != "spark" else []
+    for t in stamps if not quick else stamps[:2]:
+        out += [f"SELECT date_trunc('month', {t}) AS m, COUNT(*) FROM {table} GROUP BY m",
+                f"SELECT EXTRACT(hour FROM {t}) AS h, SUM(EXTRACT(minute FROM {t})), AVG(EXTRACT(year FROM {t})) "
+                f"FROM {table} GROUP BY 1",
+                f"SELECT date_trunc('hour', {t}) AS h, COUNT(*) FROM {table} WHERE EXTRACT(year FROM {t}) "
+                "BETWEEN 1 AND 9999 GROUP BY 1",
+                f"SELECT date_part('isodow', {t}) AS w, COUNT(*) FILTER (WHERE date_trunc('week', {t}) >= "
+                f"TIMESTAMP '0001-01-01 00:00:00'), SUM(CASE WHEN date_trunc('day', {t}) < DATE '9999-12-31' "
+                f"THEN 1 ELSE 0 END) FROM {table} GROUP BY 1",
+                f"SELECT date_trunc('week', {t}) AS w, COUNT(*) FROM {table} WHERE date_trunc('year', {t}) IN "
+                f"(TIMESTAMP '2000-01-01 00:00:00', DATE '9999-01-01') OR EXTRACT(doy FROM {t}) = 366 "
+                f"OR date_trunc('minute', {t}) = TIMESTAMP '9999-12-31 23:59:00' GROUP BY 1"]
     return out
 
 
@@ -727,6 +754,8 @@ GRAMMAR_NUMBERS = ["0", "1", "0.5", "100.5", "0.000001", "127", "128", "255", "3
                    "2147483648", "4294967295", "999999999999999999", "123456789012345678.999999"]
 GRAMMAR_DATES = ["'0001-01-01'", "'9999-12-31'", "'1677-09-21'", "'2262-04-11'", "'1582-10-10'", "'1970-01-01'",
                  "'2000-02-29'", "'2020-01-01'"]
+GRAMMAR_STAMPS = ["'0001-01-01 00:00:00'", "'9999-12-31 23:59:59.999999'", "'1677-09-21 00:12:44'",
+                  "'2262-04-11 23:47:16.854775'", "'2000-02-29 12:00:00'", "'2030-12-31 23:59:59'"]
 GRAMMAR_STRINGS = TEXT_LITS[1:] + ["x" * 300, "%", "_%", "\\%", "%\\\\%", "a\\", "%é%", "İ%"]
 
 
@@ -743,10 +772,14 @@ def people_to_x(engine: Engine, i: int) -> dict[str, str]:
     num_domain = [c.name for c in engine.of_kind("num") if "values" in c.policy]
     text_domain = [c.name for c in engine.of_kind("text") if "values" in c.policy]
     dates = [c.name for c in engine.of_kind("date")]
+    stamps = [c.name for c in engine.of_kind("ts")]
+    bounded_stamps = [c for c in stamps if "lower" in engine.col(c).policy] or stamps
+    free_stamps = [c for c in stamps if "lower" not in engine.col(c).policy] or stamps
     pick = lambda names, k: names[(i + k) % len(names)]
     return {"people": pick(tables, 0), "person_id": "pid", "age": pick(bounded, 0), "income": pick(bounded, 3),
             "household": pick(num_domain, 0), "state": pick(text_domain, 0), "city": pick(texts, 0),
-            "name": pick(texts, 1), "visit_date": pick(dates, 0)}
+            "name": pick(texts, 1), "visit_date": pick(dates, 0), "born": pick(dates, 1),
+            "seen": pick(bounded_stamps, 0), "logged": pick(free_stamps, 0)}
 
 
 def grammar_queries(engine: Engine, count: int) -> list[str]:
@@ -775,10 +808,11 @@ def grammar_queries(engine: Engine, count: int) -> list[str]:
     names = {k: v or NAMES[k] for k, v in names.items()}
     parser = sql_parser()
     explicit = _explicit(parser, names)
-    for name in ("NUM_COL", "UNBOUNDED_NUM_COL", "TEXT_COL", "DATE_COL"):   # repeated uses agree more often
+    for name in ("NUM_COL", "UNBOUNDED_NUM_COL", "TEXT_COL", "DATE_COL", "TIMESTAMP_COL"):   # agree more often
         explicit[name] = _spaced(_shared_pick(names[name], name))
     explicit["NUMBER"] = _spaced(st.sampled_from(GRAMMAR_NUMBERS))
     explicit["DATE_STRING"] = _spaced(st.sampled_from(GRAMMAR_DATES))
+    explicit["TIMESTAMP_STRING"] = _spaced(st.sampled_from(GRAMMAR_STAMPS))
     explicit["STRING"] = _spaced(st.sampled_from([_q(engine.name, t) for t in GRAMMAR_STRINGS]))
     base = from_lark(parser, start="start", explicit=explicit)
     strategy = _Bounded(getattr(base, "wrapped_strategy", base), max_repeat=2, max_nest=2)
