@@ -725,7 +725,9 @@ class Split:
         self.session = conn.session
         self.current: dict[str, float] | None = None
         self.runs: list[dict[str, float]] = []
-        self._wrapped = [(self.session.engine, "run", "engine"), (self.session.ledger, "charge", "charge"),
+        # the session charges through charge_with_spending (Ledger.charge calls it too)
+        self._wrapped = [(self.session.engine, "run", "engine"),
+                         (self.session.ledger, "charge_with_spending", "charge"),
                          (self.session, "_noise", "noise")]
         for obj, name, key in self._wrapped:
             setattr(obj, name, self._timer(getattr(obj, name), key))
@@ -932,7 +934,8 @@ def run_size(people: int, repeat: int, *, threads: int, data_dir: Path = DATA_DI
     start = time.perf_counter()
     load0 = os.getloadavg()
     reset = _reset_peak_rss()
-    fsync = measure_fsync(data_dir) if data_dir.exists() else None
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fsync = measure_fsync(data_dir)
     pg = engine == "postgres"
     if pg:
         conn, raw, generated = open_pg_connections(people, data_dir, _fresh_ledger(data_dir), pg_admin, log)
