@@ -129,7 +129,12 @@ def measure(an, node: exp.Expression, cond: exp.Expression | None, suffix: str) 
     label = f"{what}({a.label}, {b.label}){suffix}"
     key = ("sample", fname, a.key, b.key, cond.sql("postgres") if cond is not None else None)
     if key not in an.measures:
-        sa = SampleAggregate(fname, a.sql, b.sql, (a.lo, a.hi), (b.lo, b.hi), k, source)
+        # The arguments are clamped to their ranges as terminating decimals (exact SQL literals):
+        # a derived range such as income / 7's is widened outward to exact_bounds' grid. The
+        # clamp only keeps each block's input finite and bounded; the bound on one unit's
+        # influence is the output clamp to [lo, hi] (the claim above), whatever the inputs.
+        sa = SampleAggregate(fname, a.sql, b.sql, exact_bounds(a.lo, a.hi, "DOUBLE", False)[:2],
+                             exact_bounds(b.lo, b.hi, "DOUBLE", False)[:2], k, source)
         derived = (f"sample-and-aggregate over k = {k} blocks of units, each block's {what} clamped to "
                    f"[{_num(lo)}, {_num(hi)}] ({source}); undefined blocks count as the midpoint")
         an.measures[key] = Measure(f"_v{len(an.measures)}", "sample", label, True, lo, hi, scale, label,

@@ -198,3 +198,21 @@ def test_explain_mixed_shows_each_measure():
     assert sum("sample-and-aggregate over k = 10" in r[8] for r in values) == 2
     charge = next(r for r in rows if r[0] == "charge")
     assert "split evenly over 5 noisy part(s)" in charge[8]
+
+
+@pytest.mark.parametrize("dialect", ["duckdb", "postgres", "spark"])
+def test_arguments_with_non_terminating_derived_ranges_are_rewritten(dialect):
+    """income / 7 ranges over [0, upper / 7], not a terminating decimal: the argument's clamp takes
+    the range widened outward to a decimal grid (an exact SQL literal), instead of failing in the
+    rewrite (an internal error found by the extreme-values grammar hunt)."""
+    from dpsql.rewrite import to_sql
+    plan = _plan("SELECT COVAR_POP(age / 3.0, income / 7), REGR_SLOPE(income / 7, age) FROM people", dialect=dialect)
+    assert to_sql(plan, dialect)
+    upper = Fraction(str(_policy().table("people").column("income").upper)) / 7
+    covar = next(m.sample for m in plan.measures if m.sample is not None and m.sample.function == "covar_pop")
+    lo, hi = covar.second_bounds
+    assert lo == 0 and upper <= hi <= upper + Fraction(1, 10 ** 6)
+    den = hi.denominator
+    while den % 2 == 0 or den % 5 == 0:
+        den //= 2 if den % 2 == 0 else 5
+    assert den == 1, hi              # a terminating decimal
