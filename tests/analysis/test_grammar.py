@@ -323,9 +323,10 @@ def canonical_form(tree: exp.Expression, parser: Lark) -> str:
     * parentheses around a column;
     * types in a column list after an alias, t(n INT): PostgreSQL refuses them for a
       subquery, the checker keeps the names only;
-    * items of a row-level subquery or CTE that sqlglot reads as a field access (a.b where a
-      is a column; PostgreSQL reads a table a, which is missing): the checker refuses any
-      use of them, and the inlined query never selects them;
+    * items of a row-level subquery or CTE that hold what sqlglot reads as a field access (a.b
+      where a is a column or a literal, 'a'.b; PostgreSQL reads a table a, which is missing, or
+      refuses the syntax): the checker refuses any use of them, and the inlined query never
+      selects them;
     * PERCENTILE_CONT/DISC (q) WITHIN GROUP (ORDER BY x [DESC]) written as QUANTILE_CONT/DISC(x, q)
       (1 - q for DESC): sqlglot prints the former in DuckDB's dialect as QUANTILE_CONT(x, q ORDER
       BY x); the checker reads both as the same quantile.
@@ -347,8 +348,7 @@ def canonical_form(tree: exp.Expression, parser: Lark) -> str:
             coldef.replace(coldef.this)
     for sel in list(tree.find_all(exp.Select)):
         if _is_row_subquery(sel):
-            items = [e for e in sel.expressions if not isinstance(e.unalias() if isinstance(e, exp.Alias) else e,
-                                                                  exp.Dot)]
+            items = [e for e in sel.expressions if e.find(exp.Dot) is None]
             sel.set("expressions", items or [exp.Star()])
     for sel in list(tree.find_all(exp.Select)):
         group = sel.args.get("group")
