@@ -422,30 +422,24 @@ class Expressions:
         if d.kind in ("date", "timestamp") and d.span is not None:
             return d
         name = d.column[1].name if d.column else "the value"
-        if d.kind == "timestamp":
-            info = d.column[1] if d.column else None
-            if not self.dialect.wall_clock_timestamps:
-                raise QueryRejected(f"{what} of a TIMESTAMP column on Spark", "Spark reports its TIMESTAMP (in the "
-                                    "session's time zone) and TIMESTAMP_NTZ alike, so the result could depend on "
-                                    "the session's time zone", "group by a DATE column")
-            if info is not None and zoned(info.sql_type):
-                raise QueryRejected(f"{what} of {name}, a TIMESTAMP WITH TIME ZONE", "its dates and hours depend "
-                                    "on the session's time zone", "use a TIMESTAMP column without time zone")
-            if info is not None and info.span is not None:
-                raise QueryRejected(f"{what} of {name}", date_bounds_problem(info.policy, info.sql_type) or
-                                    "its declared bounds do not fit its type")
-            raise QueryRejected(f"{what} of {name} (a TIMESTAMP)", "the column has no declared bounds, so the "
-                                "function could fail on some rows ('infinity', years past 9999)",
-                                "ask the data owner to declare lower and upper date-times")
-        if d.kind == "date":
-            info = d.column[1] if d.column else None
-            if info is not None and info.span is not None:
-                raise QueryRejected(f"{what} of {name}", date_bounds_problem(info.policy, info.sql_type) or
-                                    "its declared bounds do not fit its type")
-            raise QueryRejected(f"{what} of {name}", "the column has no declared date bounds, so the "
-                                "function could fail on some rows ('infinity', years past 9999)",
-                                "ask the data owner to declare lower and upper dates")
-        raise QueryRejected(f"{what} of a {d.kind} value", "it applies to dates and timestamps")
+        if d.kind not in ("date", "timestamp"):
+            raise QueryRejected(f"{what} of a {d.kind} value", "it applies to dates and timestamps")
+        info = d.column[1] if d.column else None
+        stamp = d.kind == "timestamp"
+        if stamp and not self.dialect.wall_clock_timestamps:
+            raise QueryRejected(f"{what} of a TIMESTAMP column on Spark", "Spark reports its TIMESTAMP (in the "
+                                "session's time zone) and TIMESTAMP_NTZ alike, so the result could depend on "
+                                "the session's time zone", "group by a DATE column")
+        if stamp and info is not None and zoned(info.sql_type):
+            raise QueryRejected(f"{what} of {name}, a TIMESTAMP WITH TIME ZONE", "its dates and hours depend "
+                                "on the session's time zone", "use a TIMESTAMP column without time zone")
+        if info is not None and info.span is not None:
+            raise QueryRejected(f"{what} of {name}", date_bounds_problem(info.policy, info.sql_type) or
+                                "its declared bounds do not fit its type")
+        raise QueryRejected(f"{what} of {name}" + (" (a TIMESTAMP)" if stamp else ""),
+                            f"the column has no declared {'' if stamp else 'date '}bounds, so the "
+                            "function could fail on some rows ('infinity', years past 9999)",
+                            f"ask the data owner to declare lower and upper {'date-times' if stamp else 'dates'}")
 
     def _date_trunc(self, node: exp.Expression) -> Derived:
         """date_trunc('unit', d) of a DATE with declared bounds: the clamp keeps d inside years
