@@ -47,11 +47,14 @@ GRAMMAR = ROOT / "grammars" / "dpsql.lark"
 MAX_REPEAT, MAX_NEST = 1, 2
 # DPSQL_NOSHRINK=1: report the first failing draw as it is (shrinking these draws can take many minutes)
 _NOSHRINK = {"phases": [Phase.explicit, Phase.reuse, Phase.generate]} if os.environ.get("DPSQL_NOSHRINK") else {}
-_SETTINGS = dict(**_NOSHRINK, deadline=None, derandomize=True, database=None,
+# DPSQL_WIDE=N: a wide hunt, N times the examples from a random seed (CI and a plain run use the fixed
+# draws); the draws of a failing run are in its report (drawn: ...), so no database is kept
+WIDE = int(os.environ.get("DPSQL_WIDE") or 0)
+_SETTINGS = dict(**_NOSHRINK, deadline=None, derandomize=not WIDE, database=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                         HealthCheck.data_too_large])
-PROPERTY = settings(max_examples=200, **_SETTINGS)
-MUTANTS = settings(max_examples=150, **_SETTINGS)
+PROPERTY = settings(max_examples=200 * max(1, WIDE), **_SETTINGS)
+MUTANTS = settings(max_examples=150 * max(1, WIDE), **_SETTINGS)
 
 # Constructs the subset forbids; a mutation inserts one, or puts one in place of a token.
 FORBIDDEN = [

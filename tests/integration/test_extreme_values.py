@@ -818,7 +818,7 @@ def grammar_queries(engine: Engine, count: int) -> list[str]:
     strategy = _Bounded(getattr(base, "wrapped_strategy", base), max_repeat=2, max_nest=2)
     drawn: list[str] = []
 
-    @settings(max_examples=count * 3, derandomize=True, database=None, deadline=None, phases=[Phase.generate],
+    @settings(max_examples=count * 3, derandomize=not WIDE, database=None, deadline=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
     @given(st.data())
     def draw(data):
@@ -839,7 +839,9 @@ def grammar_queries(engine: Engine, count: int) -> list[str]:
 
 # ======================================================================================= the tests
 
-GRAMMAR_COUNT = {"duckdb": 120, "postgres": 80, "spark": 12}
+# DPSQL_WIDE=N: a wide hunt, N times the grammar queries from a random seed (tests/analysis/test_grammar.py)
+WIDE = int(os.environ.get("DPSQL_WIDE") or 0)
+GRAMMAR_COUNT = {k: n * max(1, WIDE) for k, n in {"duckdb": 120, "postgres": 80, "spark": 12}.items()}
 
 
 def _close(sessions: dict[str, Session]) -> None:
