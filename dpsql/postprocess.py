@@ -18,6 +18,7 @@ import datetime as _dt
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from decimal import Decimal
 from typing import Any
 
@@ -199,12 +200,22 @@ def noise_draws(noise: Mapping[str, tuple[str, float]], draws: int = SIM_DRAWS) 
     distribution: Laplace of scale b, or Gaussian of standard deviation sigma (the continuous
     distributions the grid mechanisms approximate to within their grid of about 2^-20 of the
     scale). Drawn with a fixed, public seed (numpy's PCG64), never with the secure RNG that
-    noised the answer: these draws are not noise on anything, only a description of it."""
+    noised the answer: these draws are not noise on anything, only a description of it.
+
+    A function of its arguments only, so the same measures' draws are computed once and kept
+    (a repeated query shape asks for the same ones); the arrays are read-only."""
+    return dict(_noise_draws(tuple(sorted((name, kind, float(scale)) for name, (kind, scale) in noise.items())),
+                             draws))
+
+
+@lru_cache(maxsize=128)
+def _noise_draws(noise: tuple[tuple[str, str, float], ...], draws: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(SIM_SEED)
     out = {}
-    for name in sorted(noise):
-        kind, scale = noise[name]
-        out[name] = (rng.laplace(0.0, scale, draws) if kind == "laplace" else rng.normal(0.0, scale, draws))
+    for name, kind, scale in noise:
+        z = rng.laplace(0.0, scale, draws) if kind == "laplace" else rng.normal(0.0, scale, draws)
+        z.flags.writeable = False
+        out[name] = z
     return out
 
 
@@ -348,7 +359,10 @@ def finish(rows: list[tuple[Sequence[Any], Env, Env]], outputs: Sequence[tuple[s
         sort_keys = tuple(evaluate(e, env, keys) for e, _, _ in order)
         kept.append((sort_keys, values, (keys, env, widths)))
     kept = _order_and_cut(kept, order, limit, offset)
-    draws = noise_draws(noise, draws_for(len(kept))) if noise and kept else None
+    # A plain aggregate's half-width is its mechanism's: the draws are needed (and drawn) only for
+    # derived values, and only those of measures the outputs read.
+    simulate = noise and kept and any(noisy and e[0] != "ref" for _, e, noisy in outputs)
+    draws = noise_draws(noise, draws_for(len(kept))) if simulate else None
     columns = []
     for _, e, noisy in outputs:
         if not noisy:

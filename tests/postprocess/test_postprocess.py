@@ -61,3 +61,35 @@ def test_order_nulls_placement():
     assert [r[0] for r in asc_last.rows] == ["c", "a", "b"]
     desc_first = finish(rows, outputs, None, [(order_expr, True, True)], None, 0)
     assert [r[0] for r in desc_first.rows] == ["b", "a", "c"]
+
+
+def test_noise_draws_are_kept_read_only_and_the_same_as_drawn_afresh():
+    """The simulation's draws are a function of the measures' mechanisms and scales only: kept
+    between queries, they must equal a fresh draw with the public seed, and no caller may change
+    them (a changed array would change every later query's widths)."""
+    import numpy as np
+
+    from dpsql.postprocess import SIM_SEED, noise_draws
+    noise = {"_v1": ("gaussian", 3.0), "_v0": ("laplace", 2.0)}
+    first, again = noise_draws(noise, 500), noise_draws(dict(reversed(noise.items())), 500)
+    rng = np.random.default_rng(SIM_SEED)          # drawn in the measures' sorted order
+    fresh = {"_v0": rng.laplace(0.0, 2.0, 500), "_v1": rng.normal(0.0, 3.0, 500)}
+    for name in noise:
+        assert np.array_equal(first[name], fresh[name]) and np.array_equal(again[name], fresh[name])
+        with pytest.raises(ValueError):
+            first[name][0] = 0.0
+    assert not np.array_equal(noise_draws({"_v0": ("laplace", 4.0)}, 500)["_v0"], first["_v0"])
+
+
+def test_finish_simulates_derived_values_only():
+    """A plain noisy measure's width is its mechanism's (W); a derived one (a difference of two
+    noisy measures) is simulated from the mechanisms' draws, so it differs from the interval sum
+    (which over-covers) and is bounded by it."""
+    noise = {"_v0": ("laplace", 1.0), "_v1": ("laplace", 2.0)}
+    widths = {"_v0": 3.0, "_v1": 6.0}                 # about each Laplace's 95% half-width
+    rows = [((), {"_v0": 10.0, "_v1": 4.0}, widths)]
+    plain = finish(rows, [("a", ("ref", "_v0"), True)], None, [], None, 0, noise)
+    assert plain.widths == [(3.0,)]
+    derived = finish(rows, [("d", ("sub", ("ref", "_v0"), ("ref", "_v1")), True)], None, [], None, 0, noise)
+    (w,), = derived.widths
+    assert 0 < w < 9.0 and w != pytest.approx(9.0, abs=0.05)
