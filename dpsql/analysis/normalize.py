@@ -100,8 +100,9 @@ def normalize(tree: exp.Select, schema: Mapping[str, Mapping[str, str]]) -> Norm
                     quote_identifiers=False, validate_qualify_columns=True, expand_alias_refs=True)
         if using:
             q = _using_columns(q, using)
-        written = {c.alias.lower() for c in (q.args.get("with_") or exp.With(expressions=[])).expressions}
-        q = merge_subqueries(_one_cte_per_derived_table(eliminate_subqueries(q), written))
+        if any(sel is not q for sel in q.find_all(exp.Select)):   # (a flat SELECT has nothing to merge)
+            written = {c.alias.lower() for c in (q.args.get("with_") or exp.With(expressions=[])).expressions}
+            q = merge_subqueries(_one_cte_per_derived_table(eliminate_subqueries(q), written))
     except OptimizeError as err:
         raise _resolution_error(err, tree, schema) from None
     except QueryRejected:
