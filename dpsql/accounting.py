@@ -65,7 +65,11 @@ Conservative arithmetic (the budget check never rounds in the analyst's favour)
   40-digit Decimal arithmetic with every operation rounded towards the safe side: products and
   quotients with ROUND_CEILING, and each logarithm (Decimal.ln is correctly rounded) moved one
   unit in the last place up or down. The result is an upper bound on eps(alpha), hence on the
-  tight eps. ``fits`` compares that upper bound with the budget's epsilon, exactly.
+  tight eps. ``fits`` compares that upper bound with the budget's epsilon, exactly; first, it
+  accepts any rho up to ``rho_capacity`` (below) without a logarithm, which is sound for the same
+  reason (the capacity's own alpha bounds every smaller rho).
+* The epsilon shown after a charge (``epsilon_spent``) is the same bound at a grid alpha whose
+  logarithms are kept: still an upper bound, at most a relative 1e-6 above ``epsilon_upper``.
 * Counts, capacities and remaining rho shown to people are lower bounds (``rho_capacity`` rounds
   the other way), checked again with ``fits`` where a count is reported.
 """
@@ -260,14 +264,21 @@ def _log_inv_delta_up(delta: Decimal) -> Decimal:
     return _ln_down(delta).copy_negate()          # exact (unary minus would round to the default context)
 
 
-def _eps_at(rho: Decimal, log_inv_delta_up: Decimal, alpha: Decimal) -> Decimal:
-    """An upper bound on alpha rho + (L - ln alpha)/(alpha - 1) + ln(1 - 1/alpha) (claim 5)."""
+def _eps_at(rho: Decimal, log_inv_delta_up: Decimal, alpha: Decimal,
+            logs: tuple[Decimal, Decimal] | None = None) -> Decimal:
+    """An upper bound on alpha rho + (L - ln alpha)/(alpha - 1) + ln(1 - 1/alpha) (claim 5).
+    logs: _alpha_logs(alpha), if the caller keeps them."""
     a1 = _EXACT.subtract(alpha, _ONE)                             # exact: alpha has <= 17 digits
+    ln_alpha_down, term3 = logs if logs is not None else _alpha_logs_now(alpha)
     term1 = _CEIL.multiply(alpha, rho)
-    term2 = _CEIL.divide(_CEIL.subtract(log_inv_delta_up, _ln_down(alpha)), a1)
-    one_minus = _CEIL.subtract(_ONE, _FLOOR.divide(_ONE, alpha))   # >= 1 - 1/alpha, in (0, 1]
-    term3 = _ln_up(one_minus)
+    term2 = _CEIL.divide(_CEIL.subtract(log_inv_delta_up, ln_alpha_down), a1)
     return _CEIL.add(_CEIL.add(term1, term2), term3)
+
+
+def _alpha_logs_now(alpha: Decimal) -> tuple[Decimal, Decimal]:
+    """(a lower bound on ln alpha, an upper bound on ln(1 - 1/alpha)), _eps_at's logarithms."""
+    one_minus = _CEIL.subtract(_ONE, _FLOOR.divide(_ONE, alpha))   # >= 1 - 1/alpha, in (0, 1]
+    return _ln_down(alpha), _ln_up(one_minus)
 
 
 def _alpha_decimal(alpha: float) -> Decimal:
@@ -311,6 +322,11 @@ def fits(rho: object, delta_part: object, epsilon_total: object, delta_total: ob
         return False
     if eps_b.is_infinite():
         return True
+    # Fast path (no logarithm): rho_capacity's rho satisfies eps(alpha_c) <= eps_b at its alpha_c
+    # with safe rounding, and eps(alpha_c) grows with rho, so any rho up to it fits too (claim 5
+    # holds at every alpha > 1). It is computed once per (budget, delta) and kept (_capacity).
+    if rho <= _capacity(eps_b, left):
+        return True
     return epsilon_upper(rho, left) <= eps_b
 
 
@@ -320,14 +336,47 @@ def basic_fits(epsilon: object, delta: object, epsilon_total: object, delta_tota
 
 
 def epsilon_spent(rho: object, delta_part: object, delta_total: object) -> float:
-    """The epsilon a composed total implies at the budget's delta (an upper bound), for people."""
+    """The epsilon a composed total implies at the budget's delta, for people: an upper bound on
+    the tight conversion, within a relative 1e-6 of epsilon_upper's (it is evaluated at a grid
+    alpha, _grid_alpha, whose logarithms are kept: shown after every charge, it must be cheap)."""
     rho, part, dlt_b = _as_decimal(rho), _as_decimal(delta_part), _as_decimal(delta_total)
     if rho.is_zero():
         return 0.0
     left = _EXACT.subtract(dlt_b, part)
     if left <= 0:
         return math.inf
-    return float(epsilon_upper(rho, left))
+    return float(_epsilon_shown(rho, left))
+
+
+@lru_cache(maxsize=1024)
+def _epsilon_shown(rho: Decimal, delta: Decimal) -> Decimal:
+    if delta >= _ONE:
+        return _ZERO
+    if rho.is_infinite():
+        return _INF
+    log_inv_delta_up = _log_inv_delta_up(delta)
+    alpha = _alpha_decimal(_grid_alpha(_best_alpha(float(rho), float(log_inv_delta_up))))
+    return max(_eps_at(rho, log_inv_delta_up, alpha, _alpha_logs(alpha)), _ZERO)
+
+
+ALPHA_STEPS = 1024        # grid points per doubling of alpha - 1 (_grid_alpha)
+
+
+def _grid_alpha(alpha: float) -> float:
+    """The point nearest alpha of the grid alpha = 1 + 2^(k / ALPHA_STEPS), k an integer.
+
+    Any alpha > 1 gives a valid bound (claim 5), so the grid changes only tightness: it moves
+    alpha - 1 by at most 0.034%, where eps(alpha) is flat (its minimum), so the bound grows by
+    a relative 2e-7 at most (tests/ledger/test_accounting.py measures it). What it buys: the
+    logarithms of a grid point are computed once (_alpha_logs), and successive charges' totals
+    fall on few grid points, so a charge's spending costs no Decimal logarithm."""
+    k = round(math.log2(max(alpha - 1.0, 1e-9)) * ALPHA_STEPS)
+    return 1.0 + 2.0 ** (k / ALPHA_STEPS)
+
+
+@lru_cache(maxsize=4096)
+def _alpha_logs(alpha: Decimal) -> tuple[Decimal, Decimal]:
+    return _alpha_logs_now(alpha)
 
 
 def _rho_at(eps_b: Decimal, log_inv_delta_up: Decimal, alpha: Decimal) -> Decimal:

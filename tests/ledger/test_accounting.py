@@ -95,6 +95,40 @@ def test_rho_capacity_is_rigorous_and_tight():
         assert exact_epsilon(str(cap), delta) <= eps
 
 
+
+def test_fits_by_capacity_is_sound_and_agrees_with_the_conversion():
+    """fits() answers rho <= rho_capacity without a logarithm: every such rho must convert to
+    within the budget by the exact infimum (60 digits), and above the capacity fits() must still
+    follow epsilon_upper (what it answered before the fast path)."""
+    rng = random.Random(17)
+    for _ in range(60):
+        eps, delta = 10 ** rng.uniform(-2, 2), 10 ** rng.uniform(-12, -2)
+        cap = A.rho_capacity(eps, delta)
+        for rho in (cap * Decimal(rng.uniform(0, 1)), cap):
+            rho = A.decimal_up(Fraction(rho))
+            if rho <= cap:
+                assert A.fits(rho, 0, eps, delta)
+                assert exact_epsilon(str(rho), delta) <= eps, (rho, eps, delta)
+        above = cap * Decimal(1 + rng.uniform(1e-9, 0.5))
+        assert A.fits(above, 0, eps, delta) == (A.epsilon_upper(above, delta) <= A._as_decimal(eps))
+
+
+def test_epsilon_shown_is_an_upper_bound_within_1e_6_of_the_conversion():
+    """epsilon_spent (what people are shown after each charge) is evaluated at a grid alpha:
+    never below the tight epsilon, and within a relative 1e-6 of epsilon_upper."""
+    rng = random.Random(23)
+    cases = CASES + [(10 ** rng.uniform(-7, 2), 10 ** rng.uniform(-12, -1)) for _ in range(150)]
+    worst = 0.0
+    for rho, delta in cases:
+        shown = A.epsilon_spent(rho, 0, delta)
+        tight = float(A.epsilon_upper(rho, delta))
+        exact = max(exact_epsilon(rho, delta), 0)
+        assert mp.mpf(repr(shown)) >= exact * (1 - 1e-15), (rho, delta)    # (float rounding of the Decimal)
+        assert shown <= tight * (1 + 1e-6) + 1e-300, (rho, delta, shown, tight)
+        worst = max(worst, shown / tight - 1 if tight else 0.0)
+    assert worst > 0        # the grid is in use: some cases are looser than the optimised alpha
+
+
 def test_fits_edges():
     assert A.fits(0, 0, 1, 1e-6) and A.fits(0, Decimal("1E-6"), 1, Decimal("1E-6"))
     assert not A.fits(0, Decimal("1.0000001E-6"), 1, Decimal("1E-6"))      # the delta part alone
