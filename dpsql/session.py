@@ -114,7 +114,7 @@ class PlanCache:
     def put_derived(self, plan, what: tuple, value) -> None:
         with self._lock:
             self._derived[(id(plan), what)] = (plan, value)
-            while len(self._derived) > 2 * self._size:
+            while len(self._derived) > 4 * self._size:
                 self._derived.popitem(last=False)
 
     def values(self):
@@ -564,22 +564,8 @@ class Session:
             plan = self._auto_bound(plan)
         sql = self._sql(plan)
         mechs, sel = self._mechanisms(plan)
-        params = {"values": [dict(mechs[m.name].params(), measure=m.label) for m in plan.measures if m.name in mechs]
-                  + [dict(mechs[q.name].params(), measure=q.label) for q in plan.quantiles]
-                  + [dict(mechs[dc.name].params(), measure=dc.label) for dc in plan.distincts]}
-        if sel is not None:
-            params["partition_selection"] = dict(sel.params(), threshold=plan.selection.threshold,
-                                                 delta=plan.selection.delta, l0=plan.selection.l0)
-        if plan.topk is not None:
-            params["topk"] = dict(mechs[topk_plan.TARGET].params(), measure=plan.topk.label,
-                                  order="desc" if plan.topk.desc else "asc", values_released=plan.topk.values)
-        params["bounding"] = {"bounded": plan.bounded, "l0": plan.l0,
-                              "max_rows_per_unit": plan.table.max_rows_per_unit if plan.bounded else 1}
-        charged, surcharge, subset = self._charge_of(plan)
-        if subset is not None:
-            params["subset_selection"] = {"population": subset.population, "surcharge": recon.surcharge}
+        params, charged, surcharge, subset, rho_q = self._charge_parts(plan)
         b = self.budget
-        rho_q = accounting.decimal_up(charged.rho)
         after: list[Spending] = []          # the spending the charge's own transaction left
 
         def charge() -> None:
@@ -622,6 +608,34 @@ class Session:
             self.ledger.remember(self.analyst, key, self._to_cache(result), recon.cache_lifetime,
                                  self.policy.limits.max_cached_bytes)
         return result
+
+    def _charge_parts(self, plan: QueryPlan) -> tuple[dict, Cost, float, SubsetCharge | None, Decimal]:
+        """What the ledger records of a query and charges it: the mechanisms' parameters (the
+        charge's params), the cost with its surcharge, the subset series and the rho rounded up.
+        Functions of the plan and the policy alone, so they are kept with the plan (a repeated
+        query does not rebuild them); the params dict is never changed once made."""
+        kept = self._plans.derived(plan, ("charge",))
+        if kept is not None:
+            return kept
+        mechs, sel = self._mechanisms(plan)
+        params = {"values": [dict(mechs[m.name].params(), measure=m.label) for m in plan.measures if m.name in mechs]
+                  + [dict(mechs[q.name].params(), measure=q.label) for q in plan.quantiles]
+                  + [dict(mechs[dc.name].params(), measure=dc.label) for dc in plan.distincts]}
+        if sel is not None:
+            params["partition_selection"] = dict(sel.params(), threshold=plan.selection.threshold,
+                                                 delta=plan.selection.delta, l0=plan.selection.l0)
+        if plan.topk is not None:
+            params["topk"] = dict(mechs[topk_plan.TARGET].params(), measure=plan.topk.label,
+                                  order="desc" if plan.topk.desc else "asc", values_released=plan.topk.values)
+        params["bounding"] = {"bounded": plan.bounded, "l0": plan.l0,
+                              "max_rows_per_unit": plan.table.max_rows_per_unit if plan.bounded else 1}
+        charged, surcharge, subset = self._charge_of(plan)
+        if subset is not None:
+            params["subset_selection"] = {"population": subset.population,
+                                          "surcharge": self.policy.reconstruction.surcharge}
+        parts = (params, charged, surcharge, subset, accounting.decimal_up(charged.rho))
+        self._plans.put_derived(plan, ("charge",), parts)
+        return parts
 
     def _what_fits(self, err: BudgetExhausted, plan: QueryPlan) -> BudgetExhausted:
         """The ledger's refusal with a hint the analyst can act on: how much is left and the
