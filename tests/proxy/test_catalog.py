@@ -335,3 +335,30 @@ def test_catalog_queries_are_fast(cat):
         run(cat, q)
         took.append(time.perf_counter() - start)
     assert min(took) < 0.05
+
+
+def test_texts_are_classified_once_per_connection(cat, monkeypatch):
+    """The catalog's classifier parses a text once per connection (its answer is a function of the
+    text alone), data and catalog texts alike; a refused text is refused every time; another
+    connection keeps its own memory, so no answer's speed depends on what other clients sent."""
+    from dpsql.frontends.pgwire import catalog as catalog_mod
+    seen = []
+    real = catalog_mod.classify
+
+    def counting(text):
+        seen.append(text)
+        return real(text)
+    monkeypatch.setattr(catalog_mod, "classify", counting)
+    data = "SELECT COUNT(*) FROM people WHERE age > 3"
+    meta = "SELECT relname FROM pg_class WHERE relname = 'people'"
+    for _ in range(3):
+        assert cat.answer(data) is None
+        assert [r[0] for r in cat.answer(meta).rows] == ["people"]
+    assert seen.count(data) == 1 and seen.count(meta) == 1
+    for _ in range(2):
+        with pytest.raises(QueryRejected):
+            cat.answer("SELECT * FROM pg_statistic")
+    assert seen.count("SELECT * FROM pg_statistic") == 2
+    other = Catalog(cat.session, database="test", user="bob")
+    assert other.answer(data) is None
+    assert seen.count(data) == 2

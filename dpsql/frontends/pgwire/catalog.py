@@ -19,6 +19,7 @@ on cancel() (the server calls it on CancelRequest, disconnect and shutdown).
 """
 from __future__ import annotations
 
+import collections
 import datetime
 import decimal
 import logging
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 
 from dpsql.errors import InvalidSetting, QueryRejected
 from dpsql.frontends.pgwire import catalog_db
-from dpsql.frontends.pgwire.catalog_sql import classify
+from dpsql.frontends.pgwire.catalog_sql import Translated, classify
 from dpsql.frontends.pgwire.limits import (
     QueryCanceled,
     RowLimitExceeded,
@@ -131,6 +132,10 @@ _BEGIN_ISOLATION = re.compile(r"(?is)isolation\s+level\s+(read\s+committed|read\
                               r"serializable)")
 
 
+_KEEP_TEXTS = 256            # per connection: the texts classify() need not parse again
+_KEEP_TEXT_CHARS = 8192
+
+
 class Catalog:
     """One client's catalog: its settings and its connection to the emulated catalog."""
 
@@ -148,6 +153,13 @@ class Catalog:
         self._watch_lock = threading.Lock()
         self._watchdog: Watchdog | None = None
         self._cancelled = False
+        # classify()'s answers for the texts this connection sent: it parses the whole text with
+        # sqlglot (~0.3-2 ms), and its answer is a function of the text alone (the emulated
+        # relations are fixed). Kept per connection, never shared between connections: a faster
+        # answer then tells a client only that it sent the same text before, never that another
+        # client did (a process-wide cache would, by timing, when the [timing] defence is off or
+        # before it starts: classification runs before the Session's clock).
+        self._classified: collections.OrderedDict[str, Translated] = collections.OrderedDict()
 
     def new_statement(self) -> None:
         """The server is about to hand this catalog a statement: forget an earlier cancel()."""
@@ -348,7 +360,15 @@ class Catalog:
         return self._cur
 
     def _query(self, text: str, params: list[str | None] | None, *, describe: bool = False) -> Reply | None:
-        t = classify(text)
+        t = self._classified.get(text)
+        if t is not None:
+            self._classified.move_to_end(text)
+        else:
+            t = classify(text)          # a refusal raises, and is not kept
+            if len(text) <= _KEEP_TEXT_CHARS:
+                self._classified[text] = t
+                while len(self._classified) > _KEEP_TEXTS:
+                    self._classified.popitem(last=False)
         if t.kind != "catalog":
             return None
         used = sorted({int(n) for n in re.findall(r"\$(\d+)", t.sql)})

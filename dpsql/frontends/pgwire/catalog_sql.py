@@ -8,7 +8,6 @@ Nothing here runs a query.
 """
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
 
@@ -132,7 +131,6 @@ def _subs(code: str) -> str:
 _FIRST_WORD = re.compile(r"^\s*\(*\s*(\w+)")
 
 
-@functools.lru_cache(maxsize=512)
 def classify(sql: str) -> Translated:
     """Sort one statement: data (None to the caller) or catalog (translated); raise for refused ones."""
     m = _FIRST_WORD.match(sql)
