@@ -787,7 +787,7 @@ def grammar_queries(engine: Engine, count: int) -> list[str]:
     test policy's people table, edited so that the grammar's side conditions hold (tests/analysis/
     conftest.py's repair_conditions), then renamed onto this engine's table x (people_to_x), with
     the planted values as literals. Queries that reach another table are left out."""
-    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import HealthCheck, Phase, Verbosity, given, settings
     from hypothesis import strategies as st
     from hypothesis.extra.lark import from_lark
 
@@ -816,25 +816,37 @@ def grammar_queries(engine: Engine, count: int) -> list[str]:
     explicit["STRING"] = _spaced(st.sampled_from([_q(engine.name, t) for t in GRAMMAR_STRINGS]))
     base = from_lark(parser, start="start", explicit=explicit)
     strategy = _Bounded(getattr(base, "wrapped_strategy", base), max_repeat=2, max_nest=2)
-    drawn: list[str] = []
-
-    @settings(max_examples=count * 3, derandomize=not WIDE, database=None, deadline=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
-    @given(st.data())
-    def draw(data):
-        drawn.append(data.draw(strategy))
-
-    draw()
     out: list[str] = []
-    for sql in drawn:
+
+    def take(sql: str) -> None:
         fixed = repair_conditions(sql, parser.parse(sql, start="start"))
         if re.search(rf"\b(?:{'|'.join(OTHER_TABLES)})\b", fixed, re.IGNORECASE):
-            continue
+            return
         renaming = people_to_x(engine, len(out))
         fixed = re.sub(rf"\b({'|'.join(renaming)})\b", lambda m: renaming[m.group(1).lower()], fixed, flags=re.IGNORECASE)
         if fixed not in out:
             out.append(fixed)
-    return out[:count]
+
+    class Enough(Exception):
+        """Raised once `count` queries are in hand: drawing (Hypothesis) and parsing (Earley) the
+        remaining examples was most of this test's time, for queries it then cut."""
+
+    @settings(max_examples=count * 3, derandomize=not WIDE, database=None, deadline=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet, print_blob=False)
+    @given(st.data())
+    def draw(data):
+        sql = data.draw(strategy)
+        if len(out) < count:        # (not when Hypothesis replays the last example)
+            take(sql)
+        if len(out) >= count:
+            raise Enough
+
+    try:
+        draw()
+    except Enough:
+        pass
+    assert len(out) == count, f"{count * 3} draws gave only {len(out)} usable queries"
+    return out
 
 
 # ======================================================================================= the tests
