@@ -331,6 +331,13 @@ PG_FLOORS: dict[str, tuple[Floor, ...]] = {
             SELECT SUM(CASE WHEN s > 500000000000 THEN 500000000000 ELSE s END)
             FROM (SELECT SUM({INCOME_MICRO}) AS s
                   FROM people WHERE person_id IS NOT NULL GROUP BY person_id) AS u""", (10**6,)),
+        # the same, the per-unit rows asked for in unit order: a Sort and a streaming GroupAggregate
+        # where the planner would otherwise pick a HashAggregate that spills (dialects.sorted_per_unit)
+        Floor("per_unit_bigint_sorted", f"""
+            SELECT SUM(CASE WHEN s > 500000000000 THEN 500000000000 ELSE s END)
+            FROM (SELECT SUM({INCOME_MICRO}) AS s
+                  FROM people WHERE person_id IS NOT NULL GROUP BY person_id ORDER BY person_id) AS u""",
+              (10**6,)),
     ),
     "Q4": (
         Floor("per_unit_centered_late_bigint", f"""
@@ -345,6 +352,13 @@ PG_FLOORS: dict[str, tuple[Floor, ...]] = {
                    SUM(LEAST(n, 1))
             FROM (SELECT SUM(2 * {INCOME_MICRO} - 500000000000) AS c, COUNT(income) AS n
                   FROM people WHERE person_id IS NOT NULL GROUP BY person_id) AS u""", (10**6, 1)),
+        Floor("per_unit_centered_rows_bigint_sorted", f"""
+            SELECT SUM(CASE WHEN c < -500000000000 THEN -500000000000
+                            WHEN c > 500000000000 THEN 500000000000 ELSE c END),
+                   SUM(LEAST(n, 1))
+            FROM (SELECT SUM(2 * {INCOME_MICRO} - 500000000000) AS c, COUNT(income) AS n
+                  FROM people WHERE person_id IS NOT NULL GROUP BY person_id ORDER BY person_id) AS u""",
+              (10**6, 1)),
     ),
     "Q5": (
         Floor("row_number", f"""

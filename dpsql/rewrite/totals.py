@@ -36,6 +36,8 @@ def totals(tree: exp.Select, plan: QueryPlan, d: EngineDialect) -> exp.Select:
         keep.append(exp.LTE(this=exp.column("_rank"), expression=exp.Literal.number(plan.l0)))
     if plan.where is not None:
         keep.append(exp.GT(this=exp.column("_hits"), expression=exp.Literal.number(0)))
+    if d.sorted_per_unit and not plan.group_choice:
+        tree.set("order", exp.Order(expressions=[exp.Ordered(this=exp.column("_u"))]))
     args: dict = {"expressions": cols, "from_": exp.From(this=subquery(tree, PER_UNIT))}
     if keep:
         args["where"] = exp.Where(this=_and(keep))

@@ -277,6 +277,52 @@ def test_sums_are_bigint_only_where_the_bounds_prove_it_fits(pg, tmp_path, upper
             admin.execute("DROP TABLE IF EXISTS wide")
 
 
+def _plan_nodes(plan: dict):
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _plan_nodes(child)
+
+
+def test_per_unit_rows_are_aggregated_without_a_spilling_hash(pg, tmp_path):
+    """EngineDialect.sorted_per_unit: with one unit per row, 50,000 units and PostgreSQL's default
+    work_mem (4MB), the planner would build the per-unit rows with a HashAggregate that spills to
+    disk in batches (as it did at 1M people, 25% slower). Asked for in unit order, they come from
+    a Sort and a streaming GroupAggregate; with few units and many rows each, the rows are still
+    hashed and only the few per-unit rows sorted. EXPLAIN ANALYZE of dpsql's own SQL says which."""
+    with psycopg.connect(pg, autocommit=True) as admin:
+        admin.execute("DROP TABLE IF EXISTS pu_many, pu_few")
+        admin.execute("CREATE TABLE pu_many AS SELECT i::bigint AS pid, (i % 100)::bigint AS v "
+                      "FROM generate_series(1, 50000) i")
+        admin.execute("CREATE TABLE pu_few AS SELECT (i % 30)::bigint AS pid, (i % 100)::bigint AS v "
+                      "FROM generate_series(1, 50000) i")
+        admin.execute("ANALYZE pu_many")
+        admin.execute("ANALYZE pu_few")
+    tables = {t: {"privacy_unit": "pid", "max_rows_per_unit": 2000, "columns": {"v": {"lower": 0, "upper": 100}}}
+              for t in ("pu_many", "pu_few")}
+    policy = {"budget": {"epsilon": 1e9, "delta": 1e-6, "ledger": str(tmp_path / "l.sqlite")},
+              "defaults": {"epsilon": 1.0}, "timing": {"quantum": 0, "floor": 0}, "tables": tables}
+    from dpsql.rewrite import to_sql
+    try:
+        with dpsql.connect(pg, policy=policy, analyst="alice") as conn, \
+                psycopg.connect(pg, autocommit=True) as raw:
+            raw.execute("SET work_mem = '4MB'")
+            raw.execute("SET jit = off")
+            for table, units in (("pu_many", 50000), ("pu_few", 30)):
+                for query in (f"SELECT SUM(v) FROM {table}", f"SELECT AVG(v) FROM {table}"):
+                    sql = to_sql(conn.session.plan(query), "postgres")
+                    plan = raw.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql).fetchone()[0][0]["Plan"]
+                    nodes = list(_plan_nodes(plan))
+                    spilled = [n for n in nodes if n.get("Strategy") == "Hashed" and n.get("HashAgg Batches", 1) > 1]
+                    assert not spilled, (query, nodes)
+                    sorted_rows = max((n["Actual Rows"] for n in nodes if n["Node Type"] == "Sort"), default=0)
+                    assert sorted_rows <= units, (query, nodes)      # few units: only the per-unit rows
+                    if units > 1000:
+                        assert any(n.get("Strategy") == "Sorted" for n in nodes), (query, nodes)
+    finally:
+        with psycopg.connect(pg, autocommit=True) as admin:
+            admin.execute("DROP TABLE IF EXISTS pu_many, pu_few")
+
+
 def test_the_transaction_and_its_locks_end_with_the_query(pg, engine):
     """After a query the connection is idle and the transaction's ACCESS SHARE locks are gone (DDL
     is not held up), after a failed query as after a good one."""

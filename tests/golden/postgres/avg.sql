@@ -34,4 +34,6 @@ FROM (
   ) AS _rows
   GROUP BY
     _u
+  ORDER BY
+    _u
 ) AS _per_unit

@@ -35,6 +35,8 @@ FROM (
   ) AS _rows
   GROUP BY
     _u
+  ORDER BY
+    _u
 ) AS _per_unit
 WHERE
   _hits > 0
