@@ -55,6 +55,7 @@ QUERIES = {
     "Q6": ("visits SUM GROUP BY state", "SELECT state, SUM(cost) FROM visits GROUP BY state"),
 }
 STRICT = ("Q2", "Q4", "Q5", "Q6")        # AVG and grouped: dpsql's error must be strictly lower
+SPEED_AIM = 1.5                         # issue 17: faster than SmartNoise everywhere, aiming at 1.5x
 EPSILON = 1.0                           # total per query, speed runs and the accuracy table
 DELTA = 1e-6                            # total per query, every system
 EPSILONS = (0.1, 0.3, 1.0, 3.0, 10.0)   # the error-vs-epsilon plot
@@ -408,10 +409,12 @@ def render_report(res: dict) -> str:
     else:
         tgt_a = []
     big = max(r.size for r in rows) if rows else 0
-    tgt_s = harness.speed_target(rows, big)
-    lines = ["## Targets", "", f"dpsql at least 3x faster than SmartNoise SQL on PostgreSQL at {big:,} people:", ""]
+    tgt_s = harness.speed_target(rows, big, factor=1.0)
+    lines = ["## Targets", "", f"dpsql faster than SmartNoise SQL on PostgreSQL on every query at {big:,} people "
+             f"(speed-up above 1; aim: {SPEED_AIM:g}x):", ""]
     for q, s, ok in tgt_s:
-        lines.append(f"- {q}: {'—' if s is None else f'{s:.2f}x'} — {'met' if ok else '**missed**'}")
+        aim = " (aim met)" if s is not None and s >= SPEED_AIM else ""
+        lines.append(f"- {q}: {'—' if s is None else f'{s:.2f}x'} — {'met' if ok else '**missed**'}{aim}")
     if tgt_a:
         lines += ["", f"Median relative error at most SmartNoise's (lower on {', '.join(STRICT)}):", ""]
         for q, d, s, ok in tgt_a:
@@ -435,7 +438,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="20k people, 2 runs, 3 releases, epsilon 1 only")
     ap.add_argument("--anchors", default="smartnoise,qrlew")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--render", action="store_true",
+                    help="only rewrite field.md from the field.json in --out (after a change to the report)")
     args = ap.parse_args(argv)
+    if args.render:
+        res = json.loads((args.out / "field.json").read_text(encoding="utf-8"))
+        report = render_report(res)
+        (args.out / "field.md").write_text(report, encoding="utf-8")
+        print(report)
+        return 0
     epsilons = EPSILONS
     if args.quick:
         args.sizes, args.accuracy_size, args.repeat, args.releases = "20000", 20000, 2, 3
