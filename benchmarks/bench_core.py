@@ -294,13 +294,15 @@ QUERIES: tuple[Query, ...] = (
     )),
 )
 # --- PostgreSQL floors (--engines postgres) -------------------------------------------------------------
-# The same guarantee in PostgreSQL's SQL: the salted hash is dpsql's (hashtextextended of the row (unit,
-# key) as text, seeded with the salt), so with salt 1 every variant keeps exactly the groups dpsql keeps.
+# The same guarantee in PostgreSQL's SQL: the group choice orders by dpsql's salted hash (the key's text
+# hash seeded with the unit XOR the salt; the key itself after it breaks ties; the keys here are never
+# NULL, so dpsql's fallback for a NULL key is left out), so with salt 1 every variant keeps exactly the
+# groups dpsql keeps.
 # Sums are exact BIGINT micro-units (a clamped DOUBLE times 10^6, rounded by the cast: monotone, so the
 # clamped value stays within the scaled bounds), summed across units as PostgreSQL's SUM(BIGINT)
 # (NUMERIC result, 128-bit accumulator). Analyst WHERE clauses are pushed into WHERE, as in the DuckDB
 # floors (dpsql evaluates them as a per-row FILTER flag, which never drops a unit: README "timing").
-PG_HASH = "hashtextextended(CAST(ROW(person_id, {key}) AS TEXT), %(salt)s)"
+PG_ORDER = 'hashtextextended({key} COLLATE pg_catalog."C", CAST(person_id AS BIGINT) # %(salt)s), {key}'
 INCOME_MICRO = f"CAST({INCOME} * 1000000 AS BIGINT)"
 COST_MICRO = f"CAST({COST} * 1000000 AS BIGINT)"
 PG_FLOORS: dict[str, tuple[Floor, ...]] = {
@@ -316,11 +318,11 @@ PG_FLOORS: dict[str, tuple[Floor, ...]] = {
             FROM (SELECT DISTINCT ON (person_id) state
                   FROM people
                   WHERE person_id IS NOT NULL AND {STATES_IN}
-                  ORDER BY person_id, {PG_HASH.format(key="state")}) AS u
+                  ORDER BY person_id, {PG_ORDER.format(key="state")}) AS u
             GROUP BY state"""),
         Floor("row_number", f"""
             SELECT state, COUNT(*)
-            FROM (SELECT state, row_number() OVER (PARTITION BY person_id ORDER BY {PG_HASH.format(key="state")}) AS r
+            FROM (SELECT state, row_number() OVER (PARTITION BY person_id ORDER BY {PG_ORDER.format(key="state")}) AS r
                   FROM people
                   WHERE person_id IS NOT NULL AND {STATES_IN}) AS u
             WHERE r <= 1
@@ -367,7 +369,7 @@ PG_FLOORS: dict[str, tuple[Floor, ...]] = {
                             WHEN c > 500000000000 THEN 500000000000 ELSE c END),
                    SUM(LEAST(n, 1))
             FROM (SELECT education, SUM(2 * {INCOME_MICRO} - 500000000000) AS c, COUNT(income) AS n,
-                         row_number() OVER (PARTITION BY person_id ORDER BY {PG_HASH.format(key="education")}) AS r
+                         row_number() OVER (PARTITION BY person_id ORDER BY {PG_ORDER.format(key="education")}) AS r
                   FROM people
                   WHERE person_id IS NOT NULL AND age > 30 AND {EDUCATION_IN}
                   GROUP BY person_id, education) AS u
@@ -383,7 +385,7 @@ PG_FLOORS: dict[str, tuple[Floor, ...]] = {
                   FROM people
                   WHERE person_id IS NOT NULL AND age > 30 AND {EDUCATION_IN}
                   GROUP BY person_id, education
-                  ORDER BY person_id, {PG_HASH.format(key="education")}) AS u
+                  ORDER BY person_id, {PG_ORDER.format(key="education")}) AS u
             GROUP BY education""", (1, 10**6, 1)),
     ),
     "Q6": (
@@ -391,7 +393,7 @@ PG_FLOORS: dict[str, tuple[Floor, ...]] = {
         Floor("row_number", f"""
             SELECT state, SUM(CASE WHEN s > 10000000000 THEN 10000000000 ELSE s END)
             FROM (SELECT state, SUM({COST_MICRO}) AS s,
-                         row_number() OVER (PARTITION BY person_id ORDER BY {PG_HASH.format(key="state")}) AS r
+                         row_number() OVER (PARTITION BY person_id ORDER BY {PG_ORDER.format(key="state")}) AS r
                   FROM visits
                   WHERE person_id IS NOT NULL AND {STATES_IN}
                   GROUP BY person_id, state) AS u

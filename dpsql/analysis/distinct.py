@@ -28,6 +28,7 @@ class DistinctCount:
     name: str                   # "_d0": the released count, ("ref", name) in post-processing
     input: exp.Expression       # the qualified column
     label: str
+    sql_type: str = ""          # the column's SQL type
 
 
 def aggregate(analysis, col: exp.Expression, cond: exp.Expression | None) -> tuple:
@@ -40,7 +41,7 @@ def aggregate(analysis, col: exp.Expression, cond: exp.Expression | None) -> tup
     d = analysis._input(col, "COUNT")
     found: dict = analysis.__dict__.setdefault("distincts", {})
     if d.key not in found:
-        found[d.key] = DistinctCount(f"_d{len(found)}", d.sql, f"COUNT(DISTINCT {d.label})")
+        found[d.key] = DistinctCount(f"_d{len(found)}", d.sql, f"COUNT(DISTINCT {d.label})", d.sql_type)
     return ("ref", found[d.key].name)
 
 

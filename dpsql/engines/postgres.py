@@ -66,6 +66,11 @@ ORDER BY c.oid, a.attnum"""
 _FACTS_PREPARED = "dpsql_facts_"
 
 
+# PostgreSQL 14 added hash_record_extended, which the group choice's salted hash uses
+# (dpsql.dialects).
+MIN_SERVER_VERSION = 140000
+
+
 class PostgresEngine:
     dialect = "postgres"
     facts_fixed = False       # other sessions may run DDL: facts are checked in each query's transaction
@@ -105,6 +110,13 @@ class PostgresEngine:
             self.name = "<connection>"
         else:
             raise InterfaceError(f"unsupported PostgreSQL target of type {type(target).__name__}")
+        version = self._con.info.server_version
+        if version < MIN_SERVER_VERSION:
+            if self._owned:
+                self._con.close()
+            raise InterfaceError(f"dpsql needs PostgreSQL 14 or later; {self.name} runs "
+                                 f"{version // 10000}.{version % 10000}",
+                                 "upgrade the server (PostgreSQL 13 and older are out of support)")
 
     def _connect(self, conninfo: str, connect_timeout: float) -> psycopg.Connection:
         try:

@@ -18,7 +18,7 @@ from sqlglot import exp
 
 from dpsql.analysis.plan import QueryPlan
 from dpsql.dialects import EngineDialect
-from dpsql.rewrite.group_choice import salted_hash
+from dpsql.rewrite.group_choice import salted_hash, unit_keys_hash, unit_type
 from dpsql.rewrite.keys import key_text
 from dpsql.rewrite.per_unit import hit
 from dpsql.rewrite.quantiles import attach
@@ -39,13 +39,13 @@ def distinct_select(plan: QueryPlan, dc, d: EngineDialect) -> exp.Select:
     cols = [*[k.copy() for k in keys], v.copy()]
     keep = []
     if plan.bounded:
-        order = exp.Order(expressions=[exp.Ordered(this=salted_hash([u.copy(), v.copy()], d)),
+        order = exp.Order(expressions=[exp.Ordered(this=salted_hash([u.copy(), v.copy()], d, [unit_type(plan), dc.sql_type])),
                                        exp.Ordered(this=v.copy())])
         cols.append(exp.alias_(exp.Window(this=exp.RowNumber(), partition_by=[u.copy(), *[k.copy() for k in keys]],
                                           order=order), "_r", copy=False))
         keep.append(exp.LTE(this=exp.column("_r"), expression=exp.Literal.number(plan.rows_per_unit)))
         if plan.group_choice:
-            rank_order = [exp.Ordered(this=salted_hash([u.copy(), *[k.copy() for k in keys]], d)),
+            rank_order = [exp.Ordered(this=unit_keys_hash(plan, d)),
                           *[exp.Ordered(this=k.copy()) for k in keys]]
             cols.append(exp.alias_(exp.Window(this=exp.Anonymous(this="DENSE_RANK"), partition_by=[u.copy()],
                                               order=exp.Order(expressions=rank_order)), "_rank", copy=False))

@@ -21,14 +21,32 @@ from dpsql.rewrite.per_unit import hits
 SALT = "salt"
 
 
-def salted_hash(values: list[exp.Expression], d: EngineDialect) -> exp.Expression:
-    return d.salted_hash(values, exp.Placeholder(this=SALT))
+def salted_hash(values: list[exp.Expression], d: EngineDialect, types: list[str] | None = None) -> exp.Expression:
+    """The engine's salted hash of values; types: their SQL types where known (a cheaper hash on
+    PostgreSQL, dpsql.dialects)."""
+    return d.salted_hash(values, types, exp.Placeholder(this=SALT))
+
+
+def unit_type(plan: QueryPlan) -> str:
+    """The SQL type of the rows pass's _u ("" when unknown)."""
+    rel = plan.relation
+    info = rel.column(*rel.unit) if rel is not None and rel.unit is not None else None
+    return info.sql_type if info is not None else ""
+
+
+def unit_keys_hash(plan: QueryPlan, d: EngineDialect) -> exp.Expression:
+    """The salted hash of _u and the group keys' columns."""
+    return salted_hash([exp.column("_u"), *[exp.column(k.name) for k in plan.keys]], d,
+                       [unit_type(plan), *[k.sql_type for k in plan.keys]])
 
 
 def group_choice(tree: exp.Select, plan: QueryPlan, d: EngineDialect) -> exp.Select:
     if not plan.group_choice:
         return tree
-    order = [exp.Ordered(this=salted_hash([exp.column("_u"), *[exp.column(k.name) for k in plan.keys]], d))]
+    # The keys after the hash: a tie (two of a unit's groups hashing alike) is broken by the
+    # unit's own values, never by the order other units' rows arrive in.
+    order = [exp.Ordered(this=unit_keys_hash(plan, d)),
+             *[exp.Ordered(this=exp.column(k.name)) for k in plan.keys]]
     h = hits(plan)
     if h is not None:
         first = exp.Case(ifs=[exp.If(this=exp.GT(this=h, expression=exp.Literal.number(0)),

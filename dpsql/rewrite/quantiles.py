@@ -42,7 +42,7 @@ from sqlglot import exp
 from dpsql.analysis.plan import QueryPlan
 from dpsql.analysis.sql import clamp, number
 from dpsql.dialects import EngineDialect
-from dpsql.rewrite.group_choice import salted_hash
+from dpsql.rewrite.group_choice import salted_hash, unit_keys_hash, unit_type
 from dpsql.rewrite.keys import key_text
 from dpsql.rewrite.per_unit import hit
 from dpsql.rewrite.relation import filtered
@@ -107,14 +107,14 @@ def histogram_select(plan: QueryPlan, q, d: EngineDialect) -> exp.Select:
                          having=exp.Having(this=exp.GT(this=count.copy(), expression=exp.Literal.number(0))))
     m = plan.rows_per_unit
     if plan.bounded:
-        order = exp.Order(expressions=[exp.Ordered(this=salted_hash([u.copy(), b.copy()], d)),
+        order = exp.Order(expressions=[exp.Ordered(this=salted_hash([u.copy(), b.copy()], d, [unit_type(plan), "BIGINT"])),
                                        exp.Ordered(this=b.copy())])
         cum = exp.Window(this=exp.Sum(this=n.copy()), partition_by=[u.copy(), *[k.copy() for k in keys]],
                          order=order, spec=exp.WindowSpec(kind="ROWS", start="UNBOUNDED", start_side="PRECEDING",
                                                           end="CURRENT ROW"))
         cols = [*[k.copy() for k in keys], b.copy(), n.copy(), exp.alias_(cum, "_cum", copy=False)]
         if plan.group_choice:
-            rank_order = [exp.Ordered(this=salted_hash([u.copy(), *[k.copy() for k in keys]], d)),
+            rank_order = [exp.Ordered(this=unit_keys_hash(plan, d)),
                           *[exp.Ordered(this=k.copy()) for k in keys]]
             rank = exp.Window(this=exp.Anonymous(this="DENSE_RANK"), partition_by=[u.copy()],
                               order=exp.Order(expressions=rank_order))

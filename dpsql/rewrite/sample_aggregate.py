@@ -37,7 +37,7 @@ from dpsql.analysis.plan import QueryPlan
 from dpsql.dialects import EngineDialect
 from dpsql.rewrite import relation as fr
 from dpsql.rewrite.clip import clamp, scaled_value
-from dpsql.rewrite.group_choice import salted_hash
+from dpsql.rewrite.group_choice import salted_hash, unit_keys_hash, unit_type
 from dpsql.rewrite.keys import key_text
 from dpsql.rewrite.per_unit import measure_condition
 from dpsql.rewrite.rows import _and, domain_filters, filters, subquery
@@ -89,7 +89,7 @@ def sample_aggregate(plan: QueryPlan, d: EngineDialect) -> exp.Select:
                         partition_by=[col("_u"), *[col(k_) for k_ in keys]])
         tree = exp.Select(expressions=[col(n) for n in names] + [exp.alias_(hg, "_hg", copy=False)],
                           from_=exp.From(this=subquery(tree, "_rows")))
-    h = salted_hash([col("_u")], d)
+    h = salted_hash([col("_u")], d, [unit_type(plan)])
     block = exp.Mod(this=exp.Paren(this=exp.Add(this=exp.Paren(this=exp.Mod(this=h, expression=exp.Literal.number(k))),
                                                 expression=exp.Literal.number(k))),
                     expression=exp.Literal.number(k))
@@ -98,7 +98,7 @@ def sample_aggregate(plan: QueryPlan, d: EngineDialect) -> exp.Select:
         order = []
         if plan.where is not None:
             order.append(exp.Ordered(this=exp.Sub(this=exp.Literal.number(1), expression=col("_hg"))))
-        order.append(exp.Ordered(this=salted_hash([col("_u"), *[col(k_) for k_ in keys]], d)))
+        order.append(exp.Ordered(this=unit_keys_hash(plan, d)))
         order += [exp.Ordered(this=col(k_)) for k_ in keys]
         rank = exp.Window(this=exp.Anonymous(this="DENSE_RANK"), partition_by=[col("_u")],
                           order=exp.Order(expressions=order))

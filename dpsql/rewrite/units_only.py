@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from dpsql.analysis.plan import QueryPlan
 from dpsql.dialects import EngineDialect
-from dpsql.rewrite.group_choice import salted_hash
+from dpsql.rewrite.group_choice import unit_keys_hash
 from dpsql.rewrite.keys import key_text
 from dpsql.rewrite.per_unit import PER_UNIT, hit
 from dpsql.rewrite.relation import filtered
@@ -51,7 +51,7 @@ def units_only(tree: exp.Select, plan: QueryPlan, d: EngineDialect) -> exp.Selec
     if d.arg_min is None:
         return tree
     key = keys[0]
-    chosen = exp.Anonymous(this=d.arg_min, expressions=[key.copy(), salted_hash([unit.copy(), key.copy()], d)])
+    chosen = exp.Anonymous(this=d.arg_min, expressions=[key.copy(), unit_keys_hash(plan, d)])
     inner_cols = [exp.alias_(filtered(chosen, cond), plan.keys[0].name, copy=False)]
     if cond is not None:
         inner_cols.append(exp.alias_(filtered(exp.Count(this=exp.Star()), cond), "_hits", copy=False))
@@ -70,7 +70,8 @@ def _distinct_on(plan: QueryPlan, rows: exp.Subquery, d: EngineDialect) -> exp.S
         cols.append(exp.alias_(exp.Case(ifs=[exp.If(this=cond.copy(), true=exp.Literal.number(1))],
                                         default=exp.Literal.number(0)), "_hit", copy=False))
         order.append(exp.Ordered(this=exp.column("_hit"), desc=True))
-    order.append(exp.Ordered(this=salted_hash([unit.copy(), *[k.copy() for k in keys]], d)))
+    order.append(exp.Ordered(this=unit_keys_hash(plan, d)))
+    order += [exp.Ordered(this=k.copy()) for k in keys]    # ties broken by the unit's own keys
     inner = exp.Select(expressions=cols, from_=exp.From(this=rows))
     inner.set("distinct", exp.Distinct(on=exp.Tuple(expressions=[unit])))
     inner.set("order", exp.Order(expressions=order))

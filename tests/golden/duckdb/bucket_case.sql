@@ -9,7 +9,7 @@ FROM (
     _u,
     _g0,
     SUM(CASE WHEN _x0 < 0 THEN 0 WHEN _x0 > 1 THEN 1 ELSE _x0 END) AS _v0,
-    ROW_NUMBER() OVER (PARTITION BY _u ORDER BY HASH(_u, _g0, $salt)) AS _rank
+    ROW_NUMBER() OVER (PARTITION BY _u ORDER BY HASH(_u, _g0, $salt), _g0) AS _rank
   FROM (
     SELECT
       people.person_id AS _u,

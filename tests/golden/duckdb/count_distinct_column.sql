@@ -20,7 +20,7 @@ FROM (
       ROW_NUMBER() OVER (
         PARTITION BY _u
         ORDER BY CASE WHEN COUNT(*) FILTER(WHERE
-          _h) > 0 THEN 0 ELSE 1 END, HASH(_u, _g0, $salt)
+          _h) > 0 THEN 0 ELSE 1 END, HASH(_u, _g0, $salt), _g0
       ) AS _rank
     FROM (
       SELECT

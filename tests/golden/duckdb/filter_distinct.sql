@@ -12,7 +12,7 @@ FROM (
     COUNT(*) FILTER(WHERE
       _f0) AS _v0,
     COUNT(*) AS _v1,
-    ROW_NUMBER() OVER (PARTITION BY _u ORDER BY HASH(_u, _g0, $salt)) AS _rank
+    ROW_NUMBER() OVER (PARTITION BY _u ORDER BY HASH(_u, _g0, $salt), _g0) AS _rank
   FROM (
     SELECT
       visits.person_id AS _u,

@@ -11,7 +11,7 @@ FROM (
     _g0,
     SUM(_x0) AS _v0,
     COUNT(*) AS _v1,
-    ROW_NUMBER() OVER (PARTITION BY _u ORDER BY HASH(_u, _g0, $salt)) AS _rank
+    ROW_NUMBER() OVER (PARTITION BY _u ORDER BY HASH(_u, _g0, $salt), _g0) AS _rank
   FROM (
     SELECT
       people_pk.person_id AS _u,

@@ -11,7 +11,7 @@ FROM (
     _g0,
     _g1,
     COUNT(*) AS _v0,
-    ROW_NUMBER() OVER (PARTITION BY _u ORDER BY HASH(_u, _g0, _g1, $salt)) AS _rank
+    ROW_NUMBER() OVER (PARTITION BY _u ORDER BY HASH(_u, _g0, _g1, $salt), _g0, _g1) AS _rank
   FROM (
     SELECT
       people.person_id AS _u,

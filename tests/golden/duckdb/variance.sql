@@ -47,7 +47,7 @@ FROM (
         CAST(2 AS INT128) * CAST(_x5 AS INT128) - CAST(500000000000 AS INT128)
       )
     ) AS _v5,
-    ROW_NUMBER() OVER (PARTITION BY _u ORDER BY HASH(_u, _g0, $salt)) AS _rank
+    ROW_NUMBER() OVER (PARTITION BY _u ORDER BY HASH(_u, _g0, $salt), _g0) AS _rank
   FROM (
     SELECT
       people.person_id AS _u,

@@ -9,7 +9,7 @@ FROM (
     _u,
     _g0,
     SUM(_x0) AS _v0,
-    ROW_NUMBER() OVER (PARTITION BY _u ORDER BY HASH(_u, _g0, $salt)) AS _rank
+    ROW_NUMBER() OVER (PARTITION BY _u ORDER BY HASH(_u, _g0, $salt), _g0) AS _rank
   FROM (
     SELECT
       visits.person_id AS _u,

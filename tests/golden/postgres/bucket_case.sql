@@ -9,7 +9,13 @@ FROM (
     _u,
     _g0,
     SUM(CASE WHEN _x0 < 0 THEN 0 WHEN _x0 > 1 THEN 1 ELSE _x0 END) AS _v0,
-    ROW_NUMBER() OVER (PARTITION BY _u ORDER BY HASHTEXTEXTENDED(CAST(ROW(_u, _g0) AS TEXT), %(salt)s)) AS _rank
+    ROW_NUMBER() OVER (
+      PARTITION BY _u
+      ORDER BY COALESCE(
+        HASHINT8EXTENDED(CAST(_g0 AS BIGINT), CAST(_u AS BIGINT) # %(salt)s),
+        HASHINT8EXTENDED(CAST(_u AS BIGINT) # %(salt)s, 0)
+      ), _g0
+    ) AS _rank
   FROM (
     SELECT
       people.person_id AS _u,

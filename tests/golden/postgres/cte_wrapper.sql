@@ -17,7 +17,10 @@ FROM (
     ROW_NUMBER() OVER (
       PARTITION BY _u
       ORDER BY CASE WHEN COUNT(*) FILTER(WHERE
-        _h) > 0 THEN 0 ELSE 1 END, HASHTEXTEXTENDED(CAST(ROW(_u, _g0) AS TEXT), %(salt)s)
+        _h) > 0 THEN 0 ELSE 1 END, COALESCE(
+        HASHTEXTEXTENDED(_g0 COLLATE pg_catalog."C", CAST(_u AS BIGINT) # %(salt)s),
+        HASHINT8EXTENDED(CAST(_u AS BIGINT) # %(salt)s, 0)
+      ), _g0
     ) AS _rank
   FROM (
     SELECT

@@ -19,7 +19,11 @@ FROM (
   ) AS _rows
   ORDER BY
     _u,
-    HASHTEXTEXTENDED(CAST(ROW(_u, _g0) AS TEXT), %(salt)s)
+    COALESCE(
+      HASHTEXTEXTENDED(_g0 COLLATE pg_catalog."C", CAST(_u AS BIGINT) # %(salt)s),
+      HASHINT8EXTENDED(CAST(_u AS BIGINT) # %(salt)s, 0)
+    ),
+    _g0
 ) AS _per_unit
 GROUP BY
   _g0

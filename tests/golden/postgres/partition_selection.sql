@@ -16,7 +16,7 @@ FROM (
     ROW_NUMBER() OVER (
       PARTITION BY _u
       ORDER BY CASE WHEN COUNT(*) FILTER(WHERE
-        _h) > 0 THEN 0 ELSE 1 END, HASHTEXTEXTENDED(CAST(ROW(_u, _g0) AS TEXT), %(salt)s)
+        _h) > 0 THEN 0 ELSE 1 END, HASHINT8EXTENDED(HASH_RECORD_EXTENDED(ROW(_u, _g0), %(salt)s), %(salt)s), _g0
     ) AS _rank
   FROM (
     SELECT

@@ -28,7 +28,10 @@ FROM (
         _n,
         SUM(_n) OVER (
           PARTITION BY _u
-          ORDER BY HASHTEXTEXTENDED(CAST(ROW(_u, _b) AS TEXT), %(salt)s), _b
+          ORDER BY COALESCE(
+            HASHINT8EXTENDED(CAST(_b AS BIGINT), CAST(_u AS BIGINT) # %(salt)s),
+            HASHINT8EXTENDED(CAST(_u AS BIGINT) # %(salt)s, 0)
+          ), _b
           ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
         ) AS _cum
       FROM (

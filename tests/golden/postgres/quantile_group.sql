@@ -20,7 +20,10 @@ FROM (
       ROW_NUMBER() OVER (
         PARTITION BY _u
         ORDER BY CASE WHEN COUNT(*) FILTER(WHERE
-          _h) > 0 THEN 0 ELSE 1 END, HASHTEXTEXTENDED(CAST(ROW(_u, _g0) AS TEXT), %(salt)s)
+          _h) > 0 THEN 0 ELSE 1 END, COALESCE(
+          HASHTEXTEXTENDED(_g0 COLLATE pg_catalog."C", CAST(_u AS BIGINT) # %(salt)s),
+          HASHINT8EXTENDED(CAST(_u AS BIGINT) # %(salt)s, 0)
+        ), _g0
       ) AS _rank
     FROM (
       SELECT
@@ -71,12 +74,18 @@ LEFT JOIN (
         _n,
         SUM(_n) OVER (
           PARTITION BY _u, _g0
-          ORDER BY HASHTEXTEXTENDED(CAST(ROW(_u, _b) AS TEXT), %(salt)s), _b
+          ORDER BY COALESCE(
+            HASHINT8EXTENDED(CAST(_b AS BIGINT), CAST(_u AS BIGINT) # %(salt)s),
+            HASHINT8EXTENDED(CAST(_u AS BIGINT) # %(salt)s, 0)
+          ), _b
           ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
         ) AS _cum,
         DENSE_RANK() OVER (
           PARTITION BY _u
-          ORDER BY HASHTEXTEXTENDED(CAST(ROW(_u, _g0) AS TEXT), %(salt)s), _g0
+          ORDER BY COALESCE(
+            HASHTEXTEXTENDED(_g0 COLLATE pg_catalog."C", CAST(_u AS BIGINT) # %(salt)s),
+            HASHINT8EXTENDED(CAST(_u AS BIGINT) # %(salt)s, 0)
+          ), _g0
         ) AS _rank
       FROM (
         SELECT

@@ -25,7 +25,7 @@ FROM (
       _f0,
       (
         (
-          HASHTEXTEXTENDED(CAST(ROW(_u) AS TEXT), %(salt)s) % 8
+          HASHINT8EXTENDED(CAST(_u AS BIGINT), %(salt)s) % 8
         ) + 8
       ) % 8 AS _blk
     FROM (

@@ -27,12 +27,15 @@ FROM (
       _h,
       (
         (
-          HASHTEXTEXTENDED(CAST(ROW(_u) AS TEXT), %(salt)s) % 8
+          HASHINT8EXTENDED(CAST(_u AS BIGINT), %(salt)s) % 8
         ) + 8
       ) % 8 AS _blk,
       DENSE_RANK() OVER (
         PARTITION BY _u
-        ORDER BY 1 - _hg, HASHTEXTEXTENDED(CAST(ROW(_u, _g0) AS TEXT), %(salt)s), _g0
+        ORDER BY 1 - _hg, COALESCE(
+          HASHTEXTEXTENDED(_g0 COLLATE pg_catalog."C", CAST(_u AS BIGINT) # %(salt)s),
+          HASHINT8EXTENDED(CAST(_u AS BIGINT) # %(salt)s, 0)
+        ), _g0
       ) AS _rank
     FROM (
       SELECT

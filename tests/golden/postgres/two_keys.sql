@@ -22,7 +22,12 @@ FROM (
   ) AS _rows
   ORDER BY
     _u,
-    HASHTEXTEXTENDED(CAST(ROW(_u, _g0, _g1) AS TEXT), %(salt)s)
+    HASHINT8EXTENDED(
+      HASH_RECORD_EXTENDED(ROW(_u, _g0 COLLATE pg_catalog."C", _g1 COLLATE pg_catalog."C"), %(salt)s),
+      %(salt)s
+    ),
+    _g0,
+    _g1
 ) AS _per_unit
 GROUP BY
   _g0,

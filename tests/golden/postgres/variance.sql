@@ -53,7 +53,13 @@ FROM (
         CAST(2 AS DECIMAL) * CAST(_x5 AS DECIMAL) - CAST(500000000000 AS DECIMAL)
       )
     ) AS _v5,
-    ROW_NUMBER() OVER (PARTITION BY _u ORDER BY HASHTEXTEXTENDED(CAST(ROW(_u, _g0) AS TEXT), %(salt)s)) AS _rank
+    ROW_NUMBER() OVER (
+      PARTITION BY _u
+      ORDER BY COALESCE(
+        HASHTEXTEXTENDED(_g0 COLLATE pg_catalog."C", CAST(_u AS BIGINT) # %(salt)s),
+        HASHINT8EXTENDED(CAST(_u AS BIGINT) # %(salt)s, 0)
+      ), _g0
+    ) AS _rank
   FROM (
     SELECT
       people.person_id AS _u,

@@ -11,7 +11,13 @@ FROM (
     _u,
     _g0,
     SUM(_x0) AS _v0,
-    ROW_NUMBER() OVER (PARTITION BY _u ORDER BY HASHTEXTEXTENDED(CAST(ROW(_u, _g0) AS TEXT), %(salt)s)) AS _rank
+    ROW_NUMBER() OVER (
+      PARTITION BY _u
+      ORDER BY COALESCE(
+        HASHTEXTEXTENDED(_g0 COLLATE pg_catalog."C", CAST(_u AS BIGINT) # %(salt)s),
+        HASHINT8EXTENDED(CAST(_u AS BIGINT) # %(salt)s, 0)
+      ), _g0
+    ) AS _rank
   FROM (
     SELECT
       visits.person_id AS _u,

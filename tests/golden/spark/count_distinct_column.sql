@@ -20,7 +20,7 @@ FROM (
       ROW_NUMBER() OVER (
         PARTITION BY _u
         ORDER BY CASE WHEN COUNT(*) FILTER(WHERE
-          _h) > 0 THEN 0 ELSE 1 END NULLS LAST, XXHASH64(_u, _g0, :salt) NULLS LAST
+          _h) > 0 THEN 0 ELSE 1 END NULLS LAST, XXHASH64(_u, _g0, :salt) NULLS LAST, _g0 NULLS LAST
       ) AS _rank
     FROM (
       SELECT

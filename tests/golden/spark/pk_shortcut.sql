@@ -13,7 +13,7 @@ FROM (
     _g0,
     SUM(_x0) AS _v0,
     COUNT(*) AS _v1,
-    ROW_NUMBER() OVER (PARTITION BY _u ORDER BY XXHASH64(_u, _g0, :salt) NULLS LAST) AS _rank
+    ROW_NUMBER() OVER (PARTITION BY _u ORDER BY XXHASH64(_u, _g0, :salt) NULLS LAST, _g0 NULLS LAST) AS _rank
   FROM (
     SELECT
       people_pk.person_id AS _u,

@@ -11,7 +11,10 @@ FROM (
     _g0,
     _g1,
     COUNT(*) AS _v0,
-    ROW_NUMBER() OVER (PARTITION BY _u ORDER BY XXHASH64(_u, _g0, _g1, :salt) NULLS LAST) AS _rank
+    ROW_NUMBER() OVER (
+      PARTITION BY _u
+      ORDER BY XXHASH64(_u, _g0, _g1, :salt) NULLS LAST, _g0 NULLS LAST, _g1 NULLS LAST
+    ) AS _rank
   FROM (
     SELECT
       people.person_id AS _u,

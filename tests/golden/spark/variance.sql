@@ -51,7 +51,7 @@ FROM (
         CAST(2 AS DECIMAL(38, 0)) * CAST(_x5 AS DECIMAL(38, 0)) - CAST(500000000000 AS DECIMAL(38, 0))
       )
     ) AS _v5,
-    ROW_NUMBER() OVER (PARTITION BY _u ORDER BY XXHASH64(_u, _g0, :salt) NULLS LAST) AS _rank
+    ROW_NUMBER() OVER (PARTITION BY _u ORDER BY XXHASH64(_u, _g0, :salt) NULLS LAST, _g0 NULLS LAST) AS _rank
   FROM (
     SELECT
       people.person_id AS _u,

@@ -11,7 +11,7 @@ FROM (
     _u,
     _g0,
     SUM(_x0) AS _v0,
-    ROW_NUMBER() OVER (PARTITION BY _u ORDER BY XXHASH64(_u, _g0, :salt) NULLS LAST) AS _rank
+    ROW_NUMBER() OVER (PARTITION BY _u ORDER BY XXHASH64(_u, _g0, :salt) NULLS LAST, _g0 NULLS LAST) AS _rank
   FROM (
     SELECT
       visits.person_id AS _u,
