@@ -61,6 +61,7 @@ from dpsql.analysis.predicates import (
     date_bounds_problem,
     family,
     refuse_expression,
+    tracking,
 )
 from dpsql.analysis.relation import ColRef, ColumnInfo, Relation
 from dpsql.analysis.semijoin import SemiJoins
@@ -388,7 +389,7 @@ class _Analysis:
         pred = None
         if where is not None:
             semis = SemiJoins(self.rel, self.cat)
-            pred = Predicates(self.resolve, self.engine, semis.handle).check(where.this)
+            pred = Predicates(tracking(self.resolve), self.engine, semis.handle).check(where.this)
             self.rel = semis.attach(self.rel)
             self.narrow = _narrowing(where.this, self.resolve)
         for cond in extra:
@@ -396,7 +397,10 @@ class _Analysis:
         return pred
 
     def _expressions(self, clause: str) -> Expressions:
-        return Expressions(self.resolve, self.engine, Predicates(self.resolve, self.engine), clause)
+        # tracking: the columns one expression reads carry at most one explicit collation
+        # (predicates.one_collation); separate expressions may each have their own
+        resolve = tracking(self.resolve)
+        return Expressions(resolve, self.engine, Predicates(resolve, self.engine), clause)
 
     # -- GROUP BY
     def _group(self, sel: exp.Select) -> None:
@@ -493,7 +497,7 @@ class _Analysis:
         if isinstance(node, exp.Filter):
             if not isinstance(node.this, _AGGREGATES):
                 raise refuse_expression(node.this, where)
-            cond = Predicates(self.resolve, self.engine).check(node.expression.this)
+            cond = Predicates(tracking(self.resolve), self.engine).check(node.expression.this)
             return self._aggregate(node.this, cond)
         if isinstance(node, _AGGREGATES):
             return self._aggregate(node)

@@ -18,7 +18,7 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.analysis.predicates import NUMERIC, Predicates, family, same_type
+from dpsql.analysis.predicates import NUMERIC, Predicates, family, one_collation, same_type, tracking
 from dpsql.analysis.relation import (
     PER_UNIT_HITS,
     ColRef,
@@ -181,7 +181,7 @@ def _row_cte(body: exp.Select, alias: str, cat: Catalog, extra: list[exp.Express
         if not preserved:
             raise QueryRejected("a filtered CTE on the NULL side of a LEFT JOIN",
                                 "its filter cannot be moved to WHERE; write the condition in WHERE instead")
-        check = Predicates(lambda c, w: _resolve_in([full], c), cat.dialect)
+        check = Predicates(tracking(lambda c, w: _resolve_in([full], c)), cat.dialect)
         extra.append(check.check(where.this.copy().transform(realias)))
     return replace(base, alias=alias, columns=columns)
 
@@ -209,13 +209,16 @@ def _join(j: exp.Join, left: list[Instance], cat: Catalog, classes: UnitClasses,
     for cond in _conjuncts(on):
         if isinstance(cond, exp.EQ) and isinstance(cond.this, exp.Column) and isinstance(cond.expression, exp.Column):
             a, b = (_resolve_in(scope, c) for c in (cond.this, cond.expression))
+            seen: dict[str, str] = {}
+            one_collation(seen, a[1])
+            one_collation(seen, b[1])
             if a[0][0] != b[0][0]:
                 pairs.append((cond, a, b))
                 continue
         others.append(cond)
     if not pairs:
         raise QueryRejected("this join condition", "ON must equate a column of each side (a.x = b.y)")
-    check = Predicates(lambda c, where: _resolve_in(scope, c), cat.dialect)
+    check = Predicates(tracking(lambda c, where: _resolve_in(scope, c)), cat.dialect)
     if others:
         # Any other condition of an INNER join (an analyst's, or the WHERE of a subquery sqlglot
         # merged into ON) keeps exactly the joined rows that pass it: it is a row condition of the
@@ -460,7 +463,7 @@ def _per_unit(body: exp.Select, alias: str, cat: Catalog) -> Instance:
     if where is not None:
         from dpsql.analysis.semijoin import SemiJoins
         semis = SemiJoins(rel, cat)
-        check = Predicates(lambda c, w: _resolve_in(list(rel.instances), c), cat.dialect, semis.handle)
+        check = Predicates(tracking(lambda c, w: _resolve_in(list(rel.instances), c)), cat.dialect, semis.handle)
         pred = check.check(where.this)
         rel = semis.attach(rel)
     if extra:

@@ -54,6 +54,55 @@ def family(sql_type: str) -> str:
     return "other"
 
 
+_COLLATE = re.compile(r"\s+collate\s+(\S.*)$", re.IGNORECASE)
+
+
+def collation(sql_type: str) -> str | None:
+    """The explicit collation an engine reports with a column's type (PostgreSQL's engine adds
+    ` COLLATE <name>` for one that is not the database's default), or None."""
+    m = _COLLATE.search(sql_type)
+    return m.group(1) if m else None
+
+
+def bare_type(sql_type: str) -> str:
+    """The type name without an explicit collation."""
+    return _COLLATE.sub("", sql_type)
+
+
+def one_collation(seen: dict[str, str], info) -> None:
+    """Note a column's explicit collation (info: a ColumnInfo); refuse a second, different one.
+
+    PostgreSQL cannot compare, sort, hash or combine text of two different implicit collations,
+    and it says so ("could not determine which collation to use") only when rows reach the
+    expression: the same query would fail on a table with rows and succeed on an empty one, or on
+    a join that matches no row, an error that depends on the data. So the columns one
+    expression context reads carry at most one explicit collation (any number of columns with the
+    database's default collation may meet it: the explicit one wins, without error). An
+    expression context is one GROUP BY or SELECT expression, one WHERE (all of it: `a = 'x' AND
+    b = 'y'` is refused too, though the two never meet), one FILTER, one join's ON."""
+    c = collation(info.sql_type)
+    if c is None:
+        return
+    seen.setdefault(c, info.name)
+    if len(seen) > 1:
+        (c1, n1), (c2, n2) = list(seen.items())[:2]
+        raise QueryRejected(f"reading {n1!r} (collation {c1}) and {n2!r} (collation {c2}) together",
+                            "PostgreSQL cannot compare or combine text of two collations, and it reports "
+                            "that only when rows meet, so the error would depend on the data",
+                            "ask the data owner for a view that gives these columns one collation")
+
+
+def tracking(resolve):
+    """resolve, refusing a second explicit collation among the columns it names (one_collation)."""
+    seen: dict[str, str] = {}
+
+    def tracked(col, where):
+        ref, info = resolve(col, where)
+        one_collation(seen, info)
+        return ref, info
+    return tracked
+
+
 def nanosecond(sql_type: str) -> bool:
     """A timestamp type of nanosecond precision (DuckDB's TIMESTAMP_NS; TIMESTAMP(9) elsewhere)."""
     t = sql_type.lower().replace(" ", "")

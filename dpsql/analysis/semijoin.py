@@ -17,7 +17,7 @@ from dataclasses import replace
 from sqlglot import exp
 
 from dpsql.analysis.bind import Catalog, _resolve_in, bind
-from dpsql.analysis.predicates import Predicates, same_type
+from dpsql.analysis.predicates import Predicates, same_type, tracking
 from dpsql.analysis.relation import Relation, SemiJoin
 from dpsql.errors import QueryRejected
 
@@ -82,7 +82,7 @@ class SemiJoins:
         if conds:
             from dpsql.analysis.bind import _and_all
             nested = SemiJoins(rel, self.cat)
-            check = Predicates(lambda c, w: _resolve_in(list(rel.instances), c), self.cat.dialect, nested.handle)
+            check = Predicates(tracking(lambda c, w: _resolve_in(list(rel.instances), c)), self.cat.dialect, nested.handle)
             pred = check.check(_and_all(conds))
             rel = nested.attach(rel)
         if extra:

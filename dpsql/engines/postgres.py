@@ -49,7 +49,16 @@ _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 _SELECT = re.compile(r"\s*(\(|SELECT\b|WITH\b|VALUES\b|TABLE\b|SHOW\b)", re.IGNORECASE)
 
 
-_FACTS = """SELECT n.nspname, c.relname, c.relkind, a.attname, format_type(a.atttypid, a.atttypmod),
+# A column's type as dpsql names it: format_type, and for a collatable column whose collation is not
+# the database's default, ` COLLATE <name>` (dpsql.analysis.predicates.collation). PostgreSQL
+# raises "could not determine which collation to use" only when it meets rows (a sort, a hash, a
+# comparison) of an expression mixing two such collations: an error that would depend on the data,
+# so the analysis refuses queries that read two (Analysis.resolve). Part of the facts a query
+# checks, so a changed collation is a changed schema.
+_TYPE = ("format_type(a.atttypid, a.atttypmod) || CASE WHEN a.attcollation NOT IN (0, 100) "
+         "THEN ' COLLATE ' || a.attcollation::regcollation::text ELSE '' END")
+
+_FACTS = """SELECT n.nspname, c.relname, c.relkind, a.attname, """ + _TYPE.replace("{", "{{").replace("}", "}}") + """,
   a.attnotnull AND c.relkind IN ('r', 'p'),
   EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conrelid = c.oid AND k.contype IN ('p', 'u')
           AND k.conkey = ARRAY[a.attnum]::int2[])
@@ -308,7 +317,7 @@ class PostgresEngine:
     def table_columns(self, table: str) -> dict[str, str]:
         schema, name = self._split(table)
         rows = self._catalog(
-            "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+            f"SELECT a.attname, {_TYPE} FROM pg_attribute a "
             "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE c.relname = %s AND n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f') "
             "AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum", [name, schema])

@@ -11,7 +11,7 @@ import pytest
 import dpsql
 from dpsql.engines.base import open_engine
 from dpsql.engines.postgres import PostgresEngine, _bind, _bound
-from dpsql.errors import EngineError, InterfaceError, QueryCanceled
+from dpsql.errors import EngineError, InterfaceError, QueryCanceled, QueryRejected
 
 # -- parameters: no database needed
 
@@ -389,3 +389,65 @@ def test_prepared_facts_are_bounded(pg):
         assert names() == ["dpsql_facts_0", "dpsql_facts_1"]
     finally:
         e.close()
+
+
+def test_a_server_older_than_14_is_refused_with_its_version(postgres_server, monkeypatch):
+    """The group choice's hash needs hash_record_extended (PostgreSQL 14): an older server is
+    refused when dpsql connects, naming the version, not at the first grouped query."""
+    import dpsql.engines.postgres as pg
+    from dpsql.errors import InterfaceError
+    monkeypatch.setattr(pg, "MIN_SERVER_VERSION", 10**8)        # this server is "too old"
+    with pytest.raises(InterfaceError, match=r"PostgreSQL 14 or later; .* runs \d+\.\d+") as err:
+        pg.PostgresEngine(postgres_server)
+    assert "upgrade" in err.value.hint
+
+
+# -- collations: two explicit ones in one expression would fail only when rows meet
+
+_COLLATED = [
+    ("SELECT COALESCE(a, b) AS g, COUNT(*) FROM coll GROUP BY COALESCE(a, b)", "a", "b"),
+    ("SELECT CASE WHEN x > 0 THEN a ELSE b END AS g, COUNT(*) FROM coll GROUP BY 1", "a", "b"),
+    ("SELECT COUNT(*) FROM coll WHERE a = b", "a", "b"),
+    ("SELECT SUM(x) FILTER (WHERE a = b) FROM coll", "a", "b"),
+    ("SELECT COUNT(*) FROM coll JOIN labels ON coll.a = labels.label", "a", "label"),
+]
+
+
+@pytest.mark.parametrize("rows", [0, 300])
+def test_two_explicit_collations_in_one_expression_are_refused_whatever_the_rows(pg, tmp_path, rows):
+    """PostgreSQL raises "could not determine which collation to use" for text of two implicit
+    collations only when rows reach the sort, hash or comparison: on the table with rows the
+    query would fail and on the empty one succeed. dpsql reads each column's collation with its
+    type and refuses such a query before anything runs, with or without rows. One collation per
+    expression, or the database's default beside one, runs."""
+    with psycopg.connect(pg, autocommit=True) as admin:
+        admin.execute("DROP TABLE IF EXISTS coll, labels")
+        admin.execute('CREATE TABLE coll (uid int, a text COLLATE "C", b text COLLATE "POSIX", c text, x int)')
+        admin.execute("INSERT INTO coll SELECT g %% 100, chr(97 + g %% 4), chr(97 + g %% 5), chr(97 + g %% 3), g %% 2 "
+                      "FROM generate_series(1, %s) g", [rows])
+        admin.execute('CREATE TABLE labels (label text COLLATE "POSIX")')
+        admin.execute("INSERT INTO labels VALUES ('a'), ('b')")
+    policy = {"budget": {"epsilon": 100.0, "delta": 1e-6, "ledger": str(tmp_path / "l.sqlite"), "accountant": "basic"},
+              "defaults": {"epsilon": 1.0}, "timing": {"quantum": 0, "floor": 0},
+              "public": {"tables": ["labels"]},
+              "tables": {"coll": {"privacy_unit": "uid", "max_rows_per_unit": 5, "max_groups_per_unit": 2,
+                                  "columns": {"a": {"values": list("abcd")}, "b": {"values": list("abcde")},
+                                              "c": {"values": list("abc")}, "x": {"lower": 0, "upper": 1}}}}}
+    try:
+        with dpsql.connect(pg, policy=policy, analyst="alice") as conn:
+            types = conn.session.engine.table_columns("coll")
+            assert types["a"] == 'text COLLATE "C"' and types["b"] == 'text COLLATE "POSIX"' and types["c"] == "text"
+            cur = conn.cursor()
+            for sql, one, other in _COLLATED:
+                with pytest.raises(QueryRejected, match="collation") as err:
+                    cur.execute(sql)
+                assert f"'{one}'" in str(err.value) and f"'{other}'" in str(err.value), sql
+            for sql in ("SELECT a, b, COUNT(*) FROM coll GROUP BY a, b",          # separate expressions
+                        "SELECT COALESCE(a, c) AS g, COUNT(*) FROM coll GROUP BY COALESCE(a, c)",
+                        "SELECT COUNT(*) FROM coll WHERE a = c AND x = 1",
+                        "SELECT c, COUNT(*) FROM coll WHERE b <> c GROUP BY c"):
+                cur.execute(sql)
+                assert cur.fetchall(), sql
+    finally:
+        with psycopg.connect(pg, autocommit=True) as admin:
+            admin.execute("DROP TABLE IF EXISTS coll, labels")
