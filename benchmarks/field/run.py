@@ -426,7 +426,7 @@ def render_report(res: dict) -> str:
         aim = " (aim met)" if s is not None and s >= SPEED_AIM else ""
         lines.append(f"- {q}: {'—' if s is None else f'{s:.2f}x'} — {'met' if ok else '**missed**'}{aim}")
     if tgt_a:
-        lines += ["", f"Median relative error at most SmartNoise's (lower on {', '.join(STRICT)}):", ""]
+        lines += ["", f"Median relative error at most SmartNoise's (and strictly lower on {', '.join(STRICT)}):", ""]
         for q, d, s, ok in tgt_a:
             lines.append(f"- {q}: dpsql {harness.fmt_err(d)} vs SmartNoise {harness.fmt_err(s)} — "
                          f"{'met' if ok else '**missed**'}")
