@@ -3,7 +3,8 @@
 Finds where a quoted string ('...' with '' escapes), a quoted identifier ("..."), a
 dollar-quoted string ($tag$...$tag$) or a comment (-- to end of line, /* ... */) that
 starts at a position ends, so that callers can strip comments or split statements on ';'
-without being fooled by markers inside quotes. No dpsql imports: a leaf, like errors.
+without being fooled by markers inside quotes; and the explicit collation an engine reports
+with a type name. No dpsql imports: a leaf, like errors.
 """
 from __future__ import annotations
 
@@ -134,3 +135,20 @@ def code_spans(text: str) -> list[tuple[int, int]]:
             out.append((i, m.start()))
         i = end
     return [(a, b) for a, b in out if b > a]
+
+
+# -- type names
+
+_COLLATE = re.compile(r"\s+collate\s+(\S.*)$", re.IGNORECASE)
+
+
+def collation(sql_type: str) -> str | None:
+    """The explicit collation an engine reports with a column's type (PostgreSQL's engine adds
+    ` COLLATE <name>` for one that is not the database's default), or None."""
+    m = _COLLATE.search(sql_type)
+    return m.group(1) if m else None
+
+
+def bare_type(sql_type: str) -> str:
+    """The type name without an explicit collation."""
+    return _COLLATE.sub("", sql_type)

@@ -30,3 +30,15 @@ def test_split_statements():
     assert split_statements("SELECT ';'; SELECT 2 -- ;\n;") == (["SELECT ';';", "SELECT 2 -- ;\n;"], "")
     assert split_statements("SELECT 'open;") == ([], "SELECT 'open;")
     assert only_comments(" -- x\n /* y */ ") and not only_comments("-- x\n1")
+
+
+def test_a_collation_reported_with_a_type_is_read_and_stripped():
+    """PostgreSQL's engine reports `text COLLATE "C"` for a column of a non-default collation: the
+    analysis reads the collation, the proxy describes the column by the bare type."""
+    from dpsql.frontends.pgwire.types import VARCHAR, pg_type
+    from dpsql.sqltext import bare_type, collation
+    assert collation('text COLLATE "C"') == '"C"' and bare_type('text COLLATE "C"') == "text"
+    assert collation('character varying(5) COLLATE "de-x-icu"') == '"de-x-icu"'
+    assert collation("character varying(5)") is None and bare_type("numeric(10,2)") == "numeric(10,2)"
+    assert pg_type('character varying(5) COLLATE "de-x-icu"') is VARCHAR
+    assert pg_type('text COLLATE "C"') is pg_type("text")

@@ -20,6 +20,7 @@ from sqlglot import exp
 from dpsql.analysis.relation import ColRef, ColumnInfo
 from dpsql.dialects import EngineDialect
 from dpsql.errors import QueryRejected
+from dpsql.sqltext import collation
 
 MAX_PATTERN = 1000
 LITERAL_LIMIT = 1e18
@@ -52,21 +53,6 @@ def family(sql_type: str) -> str:
     if t.startswith(("timestamp", "datetime")):
         return "timestamp"
     return "other"
-
-
-_COLLATE = re.compile(r"\s+collate\s+(\S.*)$", re.IGNORECASE)
-
-
-def collation(sql_type: str) -> str | None:
-    """The explicit collation an engine reports with a column's type (PostgreSQL's engine adds
-    ` COLLATE <name>` for one that is not the database's default), or None."""
-    m = _COLLATE.search(sql_type)
-    return m.group(1) if m else None
-
-
-def bare_type(sql_type: str) -> str:
-    """The type name without an explicit collation."""
-    return _COLLATE.sub("", sql_type)
 
 
 def one_collation(seen: dict[str, str], info) -> None:

@@ -63,7 +63,7 @@ def pg_type(sql_type: str | None) -> PgType:
     """The built-in PostgreSQL type for an engine's type name; text for anything unknown."""
     if not sql_type:
         return TEXT
-    from dpsql.analysis.predicates import bare_type
+    from dpsql.sqltext import bare_type
     name = re.sub(r"\s*\(.*\)\s*$", "", bare_type(sql_type).strip().lower())   # DECIMAL(18,3) -> decimal
     return _BY_NAME.get(name, TEXT)
 
