@@ -318,8 +318,12 @@ def policy_check(path: str, database: str | None) -> None:
               help="Largest protocol message accepted (default: [server] max_message_bytes, 16 MiB).")
 @click.option("--startup-timeout", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,
               help="Seconds a new connection has to start up and authenticate.")
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Server processes. One process uses about one CPU core; with N > 1 a supervisor "
+                   "hands connections to N processes in turn, and the ledger, each analyst's "
+                   "[server] max_concurrent_queries and cancel requests hold over all of them.")
 def serve(target: str | None, policy: str | None, listen: str, max_message_bytes: int | None,
-          startup_timeout: float) -> None:
+          startup_timeout: float, workers: int) -> None:
     """Serve dpsql over the PostgreSQL wire protocol (psql, psycopg, JDBC, asyncpg...).
 
     Each client connects as an analyst (the user name) and gets its own session; passwords
@@ -346,6 +350,9 @@ def serve(target: str | None, policy: str | None, listen: str, max_message_bytes
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise click.UsageError("--listen takes HOST:PORT, e.g. 127.0.0.1:6432")
     demo = target is None and policy is None
+    if workers > 1 and (target or "").lower().startswith("spark://"):
+        raise click.UsageError("--workers above 1 is for DuckDB and PostgreSQL backends: each process would "
+                               "start its own Spark driver; serve Spark with one process")
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
@@ -363,6 +370,10 @@ def serve(target: str | None, policy: str | None, listen: str, max_message_bytes
             "([analysts.alice] password = \"SCRAM-SHA-256$...\");\n"
             "or, for a demo on this machine only, add\n  [server]\n  auth = \"trust\"\n"
             "to the policy: any user name is then admitted as that analyst, from loopback clients only.")
+    if workers > 1:
+        _serve_workers(backend, demo, auth, host, int(port_text), listen, workers, max_message_bytes,
+                       startup_timeout)
+        return
 
     async def main() -> None:
         try:
@@ -381,12 +392,7 @@ def serve(target: str | None, policy: str | None, listen: str, max_message_bytes
                 loop.add_signal_handler(sig, stop.set)
             except (NotImplementedError, RuntimeError):
                 pass
-        who = "analyst" if demo else (sorted(backend.policy.analysts) or ["<analyst>"])[0]
-        db = Path(str(backend.target)).stem if demo or "://" not in str(backend.target) else \
-            (str(backend.target).rsplit("/", 1)[-1].split("?")[0] or "dpsql")
-        click.echo(f"dpsql serving {_safe_target(backend.target)} on {host}:{server.port} "
-                   f"(auth {server.auth}{', tls' if server.ssl_context else ''}); connect with: "
-                   f"psql -h {host} -p {server.port} -U {who} {db}", err=True)
+        _serving_line(backend, demo, host, server.port, server.auth, server.ssl_context is not None)
         await stop.wait()
         click.echo("dpsql: shutting down", err=True)
         await server.close()
@@ -395,6 +401,44 @@ def serve(target: str | None, policy: str | None, listen: str, max_message_bytes
         asyncio.run(main())
     finally:
         backend.close()
+
+
+def _serving_line(backend, demo: bool, host: str, port: int, auth: str, tls: bool, workers: int = 1) -> None:
+    who = "analyst" if demo else (sorted(backend.policy.analysts) or ["<analyst>"])[0]
+    db = Path(str(backend.target)).stem if demo or "://" not in str(backend.target) else \
+        (str(backend.target).rsplit("/", 1)[-1].split("?")[0] or "dpsql")
+    procs = f", {workers} processes" if workers > 1 else ""
+    click.echo(f"dpsql serving {_safe_target(backend.target)} on {host}:{port} "
+               f"(auth {auth}{', tls' if tls else ''}{procs}); connect with: "
+               f"psql -h {host} -p {port} -U {who} {db}", err=True)
+
+
+def _serve_workers(backend, demo: bool, auth: str | None, host: str, port: int, listen: str, workers: int,
+                   max_message_bytes: int | None, startup_timeout: float) -> None:
+    """`dpsql serve --workers N`: the supervisor (dpsql.frontends.pgwire.workers). The Backend
+    opened above has checked the target and the policy; each worker opens its own."""
+    from dpsql.frontends.pgwire.workers import Supervisor, WorkerFailed
+
+    target, server_policy, source = str(backend.target), backend.policy.server, backend.policy.source
+    backend.close()
+    config = {"target": target, "policy": str(Path(source).resolve()), "auth": auth,
+              "max_message_bytes": max_message_bytes, "startup_timeout": startup_timeout}
+    sup = Supervisor(config, workers, host, port)
+    try:
+        sup.start()
+    except WorkerFailed as err:
+        raise click.ClickException(str(err)) from None
+    except OSError as err:
+        raise click.ClickException(f"cannot listen on {listen}: {err.strerror or err}") from None
+    try:
+        tls = server_policy.tls_cert is not None and server_policy.tls_key is not None
+        _serving_line(backend, demo, host, sup.port, auth or server_policy.auth, tls, workers)
+        sup.serve()
+        click.echo("dpsql: shutting down", err=True)
+    finally:
+        sup.close()
+    if sup.failure:
+        raise click.ClickException(sup.failure)
 
 
 def _safe_target(target) -> str:

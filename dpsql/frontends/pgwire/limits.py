@@ -4,6 +4,7 @@ What one client can make the server spend is bounded three ways:
 
 - `QuerySlots`: at most [server] max_concurrent_queries statements of one analyst run at once,
   over all of that analyst's connections; one more is refused at once (53400), charging nothing.
+  `SharedQuerySlots` is the same limit over the processes of `dpsql serve --workers N`.
 - `Watchdog`: every emulated-catalog query stops after [server] catalog_timeout seconds (57014),
   or as soon as the client cancels, disconnects or the server shuts down; it may return at most
   [server] catalog_max_rows rows (54000, never a silent cut). catalog_sql.py refuses, before
@@ -17,7 +18,10 @@ Error messages name the limit and the policy key, never a value from the data.
 from __future__ import annotations
 
 import concurrent.futures
+import fcntl
+import hashlib
 import itertools
+import os
 import queue
 import threading
 import time
@@ -110,6 +114,70 @@ class QuerySlots:
             if analyst is not None:
                 return self._running.get(analyst, 0)
             return sum(self._running.values())
+
+
+class SharedQuerySlots:
+    """QuerySlots over several server processes (`dpsql serve --workers N`): an analyst's limit
+    holds over all of their connections, whichever process serves each.
+
+    Slot i of an analyst is a file in the server's private runtime directory, and holding the
+    slot is holding an exclusive flock(2) on it. The kernel arbitrates: acquire tries the
+    analyst's `limit` files without waiting and takes the first it can lock, or refuses
+    (TooManyQueries) when all are held. flock locks belong to an open file description, so two
+    threads of one process exclude each other as two processes do, and a process that dies, even
+    by kill -9, gives its slots back with its descriptors: a crashed worker never leaves an
+    analyst locked out. The file names carry a hash of the analyst's name, never the name.
+
+    The refusal depends only on the analyst's own statements in flight, as with QuerySlots.
+    """
+
+    def __init__(self, limit: int, directory: str | os.PathLike):
+        if limit < 1:
+            raise ValueError("max_concurrent_queries must be at least 1")
+        self.limit = limit
+        self.directory = os.fspath(directory)
+        self._lock = threading.Lock()
+        self._held: dict[str, list[int]] = {}
+        self._next = itertools.count()
+
+    def _path(self, analyst: str, i: int) -> str:
+        key = hashlib.sha256(analyst.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        return os.path.join(self.directory, f"slot-{key}-{i}")
+
+    def acquire(self, analyst: str) -> None:
+        """Take one of the analyst's slots in any process, or raise TooManyQueries."""
+        start = next(self._next) % self.limit      # spread the tries over the files
+        for j in range(self.limit):
+            fd = os.open(self._path(analyst, (start + j) % self.limit), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            except BaseException:
+                os.close(fd)
+                raise
+            with self._lock:
+                self._held.setdefault(analyst, []).append(fd)
+            return
+        raise TooManyQueries(self.limit)
+
+    def release(self, analyst: str) -> None:
+        with self._lock:
+            fds = self._held.get(analyst)
+            if not fds:
+                return
+            fd = fds.pop()
+            if not fds:
+                del self._held[analyst]
+        os.close(fd)            # closing the only descriptor of the file releases its lock
+
+    def running(self, analyst: str | None = None) -> int:
+        """Statements running now in this process: of one analyst, or of all."""
+        with self._lock:
+            if analyst is not None:
+                return len(self._held.get(analyst, ()))
+            return sum(len(v) for v in self._held.values())
 
 
 # -- the worker pool ----------------------------------------------------------------------------------

@@ -15,6 +15,11 @@ Server resources (limits.py): statements run on `Workers` (daemon threads); each
 most [server] max_concurrent_queries of them running (QuerySlots); CancelRequest, a client's
 disconnect and shutdown stop a running private query (Session.cancel) and a running catalog
 query (Catalog.cancel); shutdown waits `shutdown_timeout` seconds for the workers and goes on.
+
+With `dpsql serve --workers N` (workers.py) a supervisor process accepts connections and hands
+them to N processes each running this Server with a `WorkerLink`: connections arrive as file
+descriptors, the per-analyst slots are SharedQuerySlots, and a CancelRequest for a connection
+of another process is forwarded to it.
 """
 from __future__ import annotations
 
@@ -24,7 +29,9 @@ import hmac
 import ipaddress
 import logging
 import re
+import os
 import secrets
+import socket
 import ssl
 import threading
 from dataclasses import dataclass
@@ -47,7 +54,7 @@ from dpsql.errors import (
 from dpsql.frontends.pgwire import auth as _auth
 from dpsql.frontends.pgwire import codec
 from dpsql.frontends.pgwire import copy as _copy
-from dpsql.frontends.pgwire.limits import QuerySlots, Workers
+from dpsql.frontends.pgwire.limits import QuerySlots, SharedQuerySlots, Workers
 from dpsql.frontends.pgwire.types import (
     infer_param_oids,
     named_params,
@@ -55,6 +62,7 @@ from dpsql.frontends.pgwire.types import (
     pg_type,
     strip_param_casts,
 )
+from dpsql.frontends.pgwire.workers import WorkerLink, pid_worker, worker_pid
 from dpsql.sqltext import only_comments, split_statements, strip_comments
 
 log = logging.getLogger("dpsql.server")
@@ -110,8 +118,10 @@ class Server:
     def __init__(self, backend, *, host: str = "127.0.0.1", port: int = 6432, auth: str | None = None,
                  max_message_bytes: int | None = None, startup_timeout: float = STARTUP_TIMEOUT,
                  ssl_context: ssl.SSLContext | None = None, workers: int = 64, catalog: Any = "auto",
-                 max_concurrent_queries: int | None = None, shutdown_timeout: float = SHUTDOWN_TIMEOUT):
+                 max_concurrent_queries: int | None = None, shutdown_timeout: float = SHUTDOWN_TIMEOUT,
+                 link: WorkerLink | None = None):
         self.backend = backend
+        self.link = link
         server_policy = backend.policy.server
         self.host, self.port = host, port
         self.auth = auth or server_policy.auth
@@ -120,7 +130,10 @@ class Server:
         self.shutdown_timeout = shutdown_timeout
         self.ssl_context = ssl_context if ssl_context is not None else _ssl_context(server_policy)
         self.executor = Workers(workers, thread_name_prefix="dpsql-q")
-        self.slots = QuerySlots(max_concurrent_queries or server_policy.max_concurrent_queries)
+        limit = max_concurrent_queries or server_policy.max_concurrent_queries
+        self.slots = QuerySlots(limit) if link is None else SharedQuerySlots(limit, link.runtime_dir)
+        self.orphaned = asyncio.Event()         # a worker's supervisor is gone: time to stop
+        self._adopting: set[asyncio.Task] = set()
         self.scram_mock = _auth.MockParams.for_policy(backend.policy) if self.auth != "trust" else None
         self.clients: dict[int, _Client] = {}
         self._catalog = _catalog_class() if catalog == "auto" else catalog
@@ -129,6 +142,11 @@ class Server:
         self._closing = False
 
     async def start(self) -> tuple[str, int]:
+        if self.link is not None:       # a worker: connections come from the supervisor
+            self.link.sock.setblocking(False)
+            asyncio.get_running_loop().add_reader(self.link.sock.fileno(), self._handoff)
+            log.info("worker %d ready (process %d)", self.link.index, os.getpid())
+            return self.host, self.port
         self._server = await asyncio.start_server(self._accept, self.host, self.port, reuse_address=True)
         sock = self._server.sockets[0].getsockname()
         self.port = sock[1]
@@ -153,6 +171,8 @@ class Server:
         deadline = loop.time() + self.shutdown_timeout
         if self._server is not None:
             self._server.close()
+        if self.link is not None and self.link.sock.fileno() != -1:
+            loop.remove_reader(self.link.sock.fileno())
         for c in list(self.clients.values()):
             c.shutdown()
         if self._tasks:
@@ -188,14 +208,72 @@ class Server:
         finally:
             self._tasks.discard(task)
 
+    # -- a worker's connections and cancels (workers.py)
+    def _handoff(self) -> None:
+        """The supervisor's socket is readable: new clients (b"A" + a descriptor), cancels
+        forwarded from other workers, or EOF (the supervisor is gone)."""
+        assert self.link is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                msg, fds, _, _ = socket.recv_fds(self.link.sock, 64, 16)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                msg, fds = b"", []
+            if not msg and not fds:
+                loop.remove_reader(self.link.sock.fileno())
+                self.orphaned.set()
+                return
+            if msg[:1] == b"A" and not self._closing:
+                for fd in fds:
+                    self._adopt(fd)
+                continue
+            for fd in fds:
+                os.close(fd)
+            cancel = WorkerLink.cancel_message(msg)
+            if cancel is not None:
+                self.cancel(*cancel, forward=False)
+
+    def _adopt(self, fd: int) -> None:
+        """Serve a connection the supervisor accepted, exactly as one accepted here."""
+        try:
+            sock = socket.socket(fileno=fd)
+        except OSError:
+            os.close(fd)
+            return
+        sock.setblocking(False)
+        loop = asyncio.get_running_loop()
+
+        def protocol() -> asyncio.StreamReaderProtocol:
+            return asyncio.StreamReaderProtocol(asyncio.StreamReader(), self._accept)
+
+        task = loop.create_task(loop.connect_accepted_socket(protocol, sock))
+        self._adopting.add(task)
+
+        def done(t: asyncio.Task) -> None:
+            self._adopting.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                log.warning("cannot serve a handed-over connection: %s", t.exception())
+                sock.close()
+        task.add_done_callback(done)
+
     def new_pid(self, client: _Client) -> tuple[int, int]:
         while True:
-            pid = secrets.randbelow(2**31 - 2) + 1
+            pid = secrets.randbelow(2**31 - 2) + 1 if self.link is None else \
+                worker_pid(self.link.index, secrets.randbelow(1 << 24))
             if pid not in self.clients:
                 self.clients[pid] = client
                 return pid, secrets.randbits(31)
 
-    def cancel(self, pid: int, secret: int) -> None:
+    def cancel(self, pid: int, secret: int, *, forward: bool = True) -> None:
+        """A CancelRequest: stop the connection's running statement if the secret matches.
+        A worker passes a request for another worker's connection to the supervisor."""
+        owner = pid_worker(pid) if self.link is not None else None
+        if forward and owner is not None and owner != self.link.index:
+            log.info("cancel request for connection %d: passed to worker %d", pid, owner)
+            self.link.forward_cancel(pid, secret)
+            return
         c = self.clients.get(pid)
         if c is not None and hmac.compare_digest(secret.to_bytes(4, "big", signed=True),
                                                  c.secret.to_bytes(4, "big", signed=True)):
