@@ -121,10 +121,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start_proxy(target: str, policy: Path) -> tuple[subprocess.Popen, int]:
+def _start_proxy(target: str, policy: Path, workers: int = 1) -> tuple[subprocess.Popen, int]:
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "dpsql.frontends.cli", "serve", "--backend", target,
-                             "--policy", str(policy), "--listen", f"127.0.0.1:{port}"],
+                             "--policy", str(policy), "--listen", f"127.0.0.1:{port}", "--workers", str(workers)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     deadline = time.monotonic() + 60
@@ -221,6 +221,19 @@ def _cpu_seconds(pids) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def _with_children(pid: int) -> list[int]:
+    """A process and its children (`dpsql serve --workers N`: the supervisor and its workers)."""
+    out = [pid]
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                if int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(p))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
 def _backend_pids(kind: str, target: str) -> list[int]:
     """PostgreSQL server processes serving the benchmark database (the clients of one config)."""
     if kind != "postgres":
@@ -231,7 +244,7 @@ def _backend_pids(kind: str, target: str) -> list[int]:
 
 
 def measure_concurrency(kind: str, target: str, pol: dict, port: int, seconds: float, log,
-                        server_pid: int | None = None) -> dict:
+                        server_pid: int | None = None, multi: tuple[int, int, int] | None = None) -> dict:
     """{clients: {config: {"qps", "lat": [seconds], "errors", "batches", "cpu"}}} for the count query.
     cpu: CPU milliseconds per query of dpsql's process (the proxy's, or this one for (d)) and of the
     PostgreSQL backends serving the config, measured over the run (load-independent, unlike q/s)."""
@@ -257,7 +270,7 @@ def measure_concurrency(kind: str, target: str, pol: dict, port: int, seconds: f
         facts = e.facts(["people"])
         return e, (lambda sql: e.run(sql, expect=facts)), e.close
 
-    def proxy_conn():
+    def proxy_conn(port=port):
         c = psycopg.connect(f"host=127.0.0.1 port={port} user=bench dbname=bench sslmode=disable", autocommit=True)
         return c, (lambda sql: c.execute(sql).fetchall()), c.close
 
@@ -275,7 +288,8 @@ def measure_concurrency(kind: str, target: str, pol: dict, port: int, seconds: f
                if floor_sql and kind == "postgres" else None,
                "proxy": (proxy_conn, lambda k: template.format(k=k)),
                "dpsql": (dpsql_conn, lambda k: template.format(k=k)),
-               "proxy_new": (proxy_conn, lambda k: template.format(k=next(fresh)))}
+               "proxy_new": (proxy_conn, lambda k: template.format(k=next(fresh))),
+               "proxy_multi": ((lambda: proxy_conn(multi[1])), lambda k: template.format(k=k)) if multi else None}
     out: dict = {}
     batches: list[int] = []
 
@@ -286,7 +300,10 @@ def measure_concurrency(kind: str, target: str, pol: dict, port: int, seconds: f
     try:
         # Warm-up: each of the 100 texts once through the proxy and the in-process Backend (charged
         # like any query), so that both reuse their plans from the first configuration on.
-        for opener in (proxy_conn, dpsql_conn):
+        warm = [proxy_conn, dpsql_conn]
+        if multi:       # each worker process plans the texts once (connections go to the workers in turn)
+            warm += [lambda: proxy_conn(multi[1])] * multi[2]
+        for opener in warm:
             _, run, close = opener()
             for k in range(100):
                 run(template.format(k=k))
@@ -323,9 +340,11 @@ def measure_concurrency(kind: str, target: str, pol: dict, port: int, seconds: f
                         k += clients
 
                 batches.clear()
-                own = [server_pid] if key.startswith("proxy") and server_pid else [os.getpid()] if key == "dpsql" else []
+                own = _with_children(multi[0]) if key == "proxy_multi" else \
+                    [server_pid] if key.startswith("proxy") and server_pid else [os.getpid()] if key == "dpsql" else []
                 pg = _backend_pids(kind, target)
-                cpu0 = (_cpu_seconds(own), _cpu_seconds(pg))
+                me = [os.getpid()] if key != "dpsql" else []
+                cpu0 = (_cpu_seconds(own), _cpu_seconds(pg), _cpu_seconds(me))
                 if group is not None:
                     group.on_commit = count_batch if key == "dpsql" else None
                 threads = [threading.Thread(target=work, args=(i,)) for i in range(clients)]
@@ -337,7 +356,7 @@ def measure_concurrency(kind: str, target: str, pol: dict, port: int, seconds: f
                 for t in threads:
                     t.join()
                 elapsed = time.perf_counter() - t0
-                cpu1 = (_cpu_seconds(own), _cpu_seconds(pg))
+                cpu1 = (_cpu_seconds(own), _cpu_seconds(pg), _cpu_seconds(me))
                 if group is not None:
                     group.on_commit = None
                 for _, _, close in conns:
@@ -347,7 +366,8 @@ def measure_concurrency(kind: str, target: str, pol: dict, port: int, seconds: f
                 out[clients][key] = {"qps": sum(counts) / elapsed, "lat": lat, "errors": sum(errors),
                                      "batches": list(batches) if key == "dpsql" else None,
                                      "cpu": ((cpu1[0] - cpu0[0]) / done * 1000 if own else None,
-                                             (cpu1[1] - cpu0[1]) / done * 1000 if pg else None)}
+                                             (cpu1[1] - cpu0[1]) / done * 1000 if pg else None,
+                                             (cpu1[2] - cpu0[2]) / done * 1000 if me else None)}
                 log(f"{clients} clients, {key}: {out[clients][key]['qps']:.0f} queries/s, p50 "
                     f"{statistics.median(lat) * 1000 if lat else float('nan'):.3f} ms, errors {sum(errors)}"
                     + (f", mean batch {sum(batches) / len(batches):.1f}" if key == "dpsql" and batches else ""))
@@ -358,7 +378,7 @@ def measure_concurrency(kind: str, target: str, pol: dict, port: int, seconds: f
     return out
 
 
-def render(kind: str, people: int, lat: dict, conc: dict, argv: list[str], load: tuple) -> str:
+def render(kind: str, people: int, lat: dict, conc: dict, argv: list[str], load: tuple, workers: int = 0) -> str:
     ms = lambda xs: f"{statistics.median(xs) * 1000:.3f}" if xs else "n/a"          # noqa: E731
     p99 = lambda xs: f"{_pct(xs, 0.99) * 1000:.3f}" if xs else "n/a"               # noqa: E731
     lines = [
@@ -397,10 +417,20 @@ def render(kind: str, people: int, lat: dict, conc: dict, argv: list[str], load:
               "proxy again, every query with a literal never sent before, so every query is parsed, analysed and "
               "rewritten. Every query is charged and run either way (the repeat-answer cache is off).",
               "",
+              f"\"{workers} processes\": the proxy again, started as `dpsql serve --workers {workers}` (a supervisor "
+              "handing connections to the worker processes in turn); its CPU is the supervisor's and the workers'. "
+              "Client CPU: this process's (the client threads' psycopg work) per query. CPU ceiling: what this "
+              f"machine's {os.cpu_count()} cores could answer at that configuration's measured CPU per query of "
+              "proxy, PostgreSQL and client together (cores / CPU per query), whatever the number of processes."
+              if workers else "",
+              "",
               "| clients | raw q/s | floor q/s | engine q/s | proxy q/s | dpsql q/s | proxy p50 | proxy p99 | dpsql p50 | dpsql p99 "
               "| proxy - dpsql p50 | dpsql batch | proxy CPU ms/q | PG CPU ms/q (proxy) | PG CPU ms/q (engine) | dpsql CPU ms/q "
-              "| proxy q/s, new texts | proxy p50, new texts | proxy CPU ms/q, new texts | errors | target |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| proxy q/s, new texts | proxy p50, new texts | proxy CPU ms/q, new texts "
+              + (f"| proxy q/s, {workers} processes | p50 | p99 | proxy CPU ms/q | PG CPU ms/q | client CPU ms/q "
+                 f"| CPU ceiling q/s " if workers else "") + "| errors | target |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+              + ("---|" * 7 if workers else "")]
     def cpu(r: dict, i: int) -> str:
         v = (r.get("cpu") or (None, None))[i]
         return "n/a" if v is None else f"{v:.2f}"
@@ -413,15 +443,16 @@ def render(kind: str, people: int, lat: dict, conc: dict, argv: list[str], load:
             if g("proxy").get("lat") and g("dpsql").get("lat") else float("nan")
         errs = sum(v["errors"] for v in cfg.values())
         if clients == THROUGHPUT_CLIENTS:
-            ok = g("proxy") and g("proxy")["qps"] >= PRIVATE_QPS_TARGET
-            target = f"proxy >= {PRIVATE_QPS_TARGET} q/s: {'met' if ok else '**missed**'}"
+            best = max((g(k)["qps"] for k in ("proxy", "proxy_multi") if g(k)), default=0)
+            target = f"proxy >= {PRIVATE_QPS_TARGET} q/s: {'met' if best >= PRIVATE_QPS_TARGET else '**missed**'}"
         else:
             target = ""
         lines.append(f"| {clients} | {q('raw')} | {q('floor')} | {q('engine')} | {q('proxy')} | {q('dpsql')} | "
                      f"{ms(g('proxy').get('lat'))} | {p99(g('proxy').get('lat'))} | {ms(g('dpsql').get('lat'))} | "
                      f"{p99(g('dpsql').get('lat'))} | {added:.3f} | {sum(b) / len(b) if b else float('nan'):.1f} | "
                      f"{cpu(g('proxy'), 0)} | {cpu(g('proxy'), 1)} | {cpu(g('engine'), 1)} | {cpu(g('dpsql'), 0)} | {q('proxy_new')} | "
-                     f"{ms(g('proxy_new').get('lat'))} | {cpu(g('proxy_new'), 0)} | {errs} | {target} |")
+                     f"{ms(g('proxy_new').get('lat'))} | {cpu(g('proxy_new'), 0)} | " + (_multi_cells(g("proxy_multi"))
+                     if workers else "") + f"{errs} | {target} |")
     lines += ["", f"Load average (1, 5, 15 min) before the run: {load[0]}; after: {load[1]}.", "",
               "Notes: every private query is charged in the SQLite ledger (a committed, fsync'd transaction, "
               "shared by concurrent charges: group commit) on both (c) and (d); (a) and (b) charge nothing. "
@@ -430,6 +461,17 @@ def render(kind: str, people: int, lat: dict, conc: dict, argv: list[str], load:
               "speed: with its defaults (answers held until 100 ms after the query began) each client gets at most "
               "10 private answers/s.", ""]
     return "\n".join(lines)
+
+
+def _multi_cells(r: dict) -> str:
+    if not r:
+        return "n/a | " * 7
+    c = r.get("cpu") or (None, None, None)
+    total = sum(x for x in c if x is not None)
+    ceiling = f"{(os.cpu_count() or 1) * 1000 / total:.0f}" if total else "n/a"
+    f = lambda v: "n/a" if v is None else f"{v:.2f}"                           # noqa: E731
+    return (f"{r['qps']:.0f} | {statistics.median(r['lat']) * 1000:.3f} | {_pct(r['lat'], 0.99) * 1000:.3f} | "
+            f"{f(c[0])} | {f(c[1])} | {f(c[2])} | {ceiling} | ")
 
 
 _VERSION = ""
@@ -453,6 +495,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--skip-latency", action="store_true", help="only the concurrent-clients part (A/B runs)")
+    ap.add_argument("--workers", type=int, default=2,
+                    help="also measure `dpsql serve --workers N` under concurrent clients (0: not)")
     args = ap.parse_args(argv)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)                     # noqa: E731
     load_before = _load()
@@ -468,16 +512,20 @@ def main(argv: list[str] | None = None) -> int:
             log(f"PostgreSQL unreachable ({err}); measuring against the DuckDB backend")
             kind, target = "duckdb", _make_duckdb(args.people, tmp)
         proc, port = _start_proxy(target, pol_path)
+        multi = _start_proxy(target, pol_path, args.workers) if args.workers > 1 else None
         try:
             lat = {} if args.skip_latency else measure_latency(kind, target, pol, port, args.runs, log)
-            conc = measure_concurrency(kind, target, pol, port, args.seconds, log, proc.pid)
+            conc = measure_concurrency(kind, target, pol, port, args.seconds, log, proc.pid,
+                                       (multi[0].pid, multi[1], args.workers) if multi else None)
         finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+            for p in (proc, multi[0] if multi else None):
+                if p is not None:
+                    p.terminate()
+                    p.wait(timeout=30)
             if kind == "postgres":
                 _drop_postgres(args.dsn)
     load = (load_before, _load())
-    report = render(kind, args.people, lat, conc, argv, load)
+    report = render(kind, args.people, lat, conc, argv, load, args.workers if args.workers > 1 else 0)
     print(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report)
