@@ -389,3 +389,23 @@ def test_workers_refuse_spark():
     r = CliRunner().invoke(cli, ["serve", "--backend", "spark://localhost:7077", "--policy", "p.toml",
                                  "--workers", "2"])
     assert r.exit_code == 2 and "Spark" in r.output
+
+
+def test_tls_through_a_worker(people_db, tmp_path):
+    """A handed-over connection negotiates TLS in its worker as an accepted one does."""
+    from tests.proxy.test_robustness import _self_signed
+    cert, key = _self_signed(tmp_path)
+    s = Served(people_db, tmp_path, server={"tls_cert": str(cert), "tls_key": str(key)})
+    try:
+        assert any("auth trust, tls, 2 processes" in line for line in s.lines)
+        seen = set()
+        for i in range(2):
+            with psycopg.connect(f"host=127.0.0.1 port={s.port} user=alice dbname=test sslmode=require",
+                                 autocommit=True) as c:
+                assert c.pgconn.ssl_in_use
+                assert c.execute(f"SELECT COUNT(*) FROM people WHERE age > {i}").fetchone()[0] > 0
+                seen.add(pid_worker(c.info.backend_pid))
+        assert seen == {0, 1}
+        assert s.stop() == 0
+    finally:
+        s.stop()
