@@ -340,6 +340,7 @@ def serve(target: str | None, policy: str | None, listen: str, max_message_bytes
     import logging
     import signal
 
+    from dpsql.frontends.pgwire.limits import tune_allocator
     from dpsql.frontends.pgwire.server import Server
     from dpsql.session import Backend
 
@@ -370,6 +371,7 @@ def serve(target: str | None, policy: str | None, listen: str, max_message_bytes
             "([analysts.alice] password = \"SCRAM-SHA-256$...\");\n"
             "or, for a demo on this machine only, add\n  [server]\n  auth = \"trust\"\n"
             "to the policy: any user name is then admitted as that analyst, from loopback clients only.")
+    tune_allocator()
     if workers > 1:
         _serve_workers(backend, demo, auth, host, int(port_text), listen, workers, max_message_bytes,
                        startup_timeout)

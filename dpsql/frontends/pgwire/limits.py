@@ -180,6 +180,37 @@ class SharedQuerySlots:
             return sum(len(v) for v in self._held.values())
 
 
+# -- the allocator ------------------------------------------------------------------------------------
+
+TRIM_THRESHOLD = 32 << 20       # bytes of freed memory an allocator arena keeps for reuse
+MMAP_THRESHOLD = 16 << 20       # allocations from this size on get their own mapping
+
+
+def tune_allocator() -> bool:
+    """In a `dpsql serve` process: let glibc's malloc keep freed memory for reuse instead of
+    handing it back to the kernel after every query.
+
+    A grouped private query simulates its answers' accuracy on arrays of several MB (numpy;
+    postprocess.simulated_half_widths), allocated and freed within the query. With glibc's
+    defaults such blocks are mapped and unmapped, or trimmed off the heap, each time, and every
+    page is faulted in again on the next query: about 1 ms of CPU a grouped query, most of it in
+    the server's worker threads, whose arenas glibc trims most eagerly (the proxy benchmark's
+    avg_by_state). Keeping up to TRIM_THRESHOLD free per arena (glibc has at most 8 arenas a
+    core) bounds what the process holds on to, independently of any table's size.
+
+    Only the server does this (a process dpsql owns); a program using dpsql as a library keeps
+    its own allocator settings (glibc reads MALLOC_TRIM_THRESHOLD_ and MALLOC_MMAP_THRESHOLD_
+    from the environment). Returns whether the settings took (False off glibc)."""
+    import ctypes
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    m_trim_threshold, m_mmap_threshold = -1, -3          # <malloc.h>
+    return mallopt(m_mmap_threshold, MMAP_THRESHOLD) == 1 and mallopt(m_trim_threshold, TRIM_THRESHOLD) == 1
+
+
 # -- the worker pool ----------------------------------------------------------------------------------
 
 class Workers(concurrent.futures.Executor):

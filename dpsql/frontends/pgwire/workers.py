@@ -361,8 +361,11 @@ def worker_main(argv: list[str]) -> int:
         logging.basicConfig(level=logging.INFO,
                             format=f"%(asctime)s %(name)s[{index}] %(levelname)s %(message)s")
     from dpsql.errors import Error
+    from dpsql.frontends.pgwire.limits import tune_allocator
     from dpsql.frontends.pgwire.server import Server
     from dpsql.session import Backend
+
+    tune_allocator()
 
     try:
         backend = Backend(config["target"], config["policy"])
