@@ -32,6 +32,7 @@ from dpsql.demo import policy_toml
 from dpsql.frontends.pgwire.limits import SharedQuerySlots, TooManyQueries
 from dpsql.frontends.pgwire.workers import MAX_WORKERS, pid_worker, worker_pid
 from tests.conftest import policy_for
+from tests.proxy.conftest import wait_for
 
 FOREVER = ("SELECT count(*) FROM pg_attribute a, pg_attribute b, pg_attribute c, pg_attribute d, "
            "pg_attribute e")
@@ -143,12 +144,7 @@ def _holding(runs: list, conns: list, probe) -> bool:
 
 
 def _wait(pred, timeout: float = DEADLINE) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return pred()
+    return wait_for(pred, timeout)
 
 
 # -- units --------------------------------------------------------------------------------------------
