@@ -23,7 +23,7 @@ parsed, analysed and rewritten). The runs of one query are interleaved (a, b, c,
 so load from other processes hits them alike. Concurrency: N threads (N = 1, 16, 64), each with
 its own connection, for --seconds per configuration (for (d), N in-process sessions of one Backend);
 every client is the one analyst `bench` (all charges on one running total, the ledger's hardest
-case), so the policy lifts [server] max_concurrent_queries above 64. The policy also turns the
+case), so the policy lifts [server] max_concurrent_queries and the connection limits above 64. The policy also turns the
 [timing] defence off (quantum = floor = 0): with its defaults every private answer is held until
 100 ms after the query began, which caps each client at 10 private queries/s whatever dpsql's own
 speed; this benchmark measures dpsql's own speed. The machine's load average
@@ -71,7 +71,8 @@ def _policy(tmp: Path) -> tuple[dict, Path]:
     pol = datagen.demo_policy(str(tmp / "ledger.sqlite"), epsilon=1e9, delta=0.5, query_epsilon=0.1)
     path = tmp / "policy.toml"
     path.write_text(policy_toml(pol) + '\n[reconstruction]\ncache_lifetime = 0\n\n[server]\nauth = "trust"\n'
-                    'max_concurrent_queries = 128\n\n[timing]\nquantum = 0\nfloor = 0\n')
+                    'max_concurrent_queries = 128\nmax_connections = 256\nmax_connections_per_analyst = 256\n\n'
+                    '[timing]\nquantum = 0\nfloor = 0\n')
     pol["reconstruction"] = {"cache_lifetime": 0}
     pol["timing"] = {"quantum": 0, "floor": 0}
     return pol, path

@@ -237,6 +237,12 @@ class ConfigurationLimitExceeded(OperationalError):
     sqlstate = "53400"
 
 
+class TooManyConnections(OperationalError):
+    """The server's or the analyst's connection limit was reached (53300), e.g. [server]
+    max_connections_per_analyst; PostgreSQL's code for "too many connections for role"."""
+    sqlstate = "53300"
+
+
 class ProgramLimitExceeded(OperationalError):
     """A statement or message beyond a size limit of the server (54000)."""
     sqlstate = "54000"
@@ -306,6 +312,7 @@ __all__ = [
     "QueryCanceled",
     "QueryRejected",
     "SchemaChanged",
+    "TooManyConnections",
     "SqlSyntaxError",
     "UndefinedColumn",
     "UndefinedTable",

@@ -27,7 +27,7 @@ _TOP_KEYS = {"budget", "defaults", "tables", "reconstruction", "server", "analys
              "functions"}
 _RECON_KEYS = {"surcharge", "max_subset_queries", "cache_lifetime", "audit_log"}
 _SERVER_KEYS = {"auth", "tls_cert", "tls_key", "max_message_bytes", "max_concurrent_queries",
-                "catalog_timeout", "catalog_max_rows"}
+                "catalog_timeout", "catalog_max_rows", "max_connections", "max_connections_per_analyst"}
 _PUBLIC_KEYS = {"tables", "undeclared"}
 UNDECLARED = ("refuse", "public")
 _ANALYST_KEYS = {"password", "epsilon", "delta", "accountant"}
@@ -265,6 +265,8 @@ class Server:
     max_concurrent_queries: int = 4     # per analyst, over all their connections
     catalog_timeout: float = 5.0        # seconds one emulated-catalog query may run
     catalog_max_rows: int = 10_000      # rows one emulated-catalog query may return
+    max_connections: int = 64           # sessions open at once, all analysts (each holds an engine connection)
+    max_connections_per_analyst: int = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -658,7 +660,14 @@ def _server(where: _Where, s: Any, base: Path) -> Server:
     cat_rows = s.get("catalog_max_rows", 10_000)
     if isinstance(cat_rows, bool) or not isinstance(cat_rows, int) or not 1 <= cat_rows <= 10_000_000:
         raise where.error("server.catalog_max_rows", "must be a whole number from 1 to 10000000")
-    return Server(auth, cert, key, size, conc, timeout, cat_rows)
+    conns = s.get("max_connections", 64)
+    if isinstance(conns, bool) or not isinstance(conns, int) or not 1 <= conns <= 100_000:
+        raise where.error("server.max_connections", "must be a whole number from 1 to 100000")
+    own = s.get("max_connections_per_analyst", min(16, conns))
+    if isinstance(own, bool) or not isinstance(own, int) or not 1 <= own <= conns:
+        raise where.error("server.max_connections_per_analyst",
+                          f"must be a whole number from 1 to max_connections ({conns})")
+    return Server(auth, cert, key, size, conc, timeout, cat_rows, conns, own)
 
 
 def _public(where: _Where, p: Any, tables: Mapping[str, TablePolicy]) -> Public:

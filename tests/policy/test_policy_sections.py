@@ -24,6 +24,7 @@ def test_defaults_when_the_sections_are_absent():
     assert (r.surcharge, r.max_subset_queries, r.cache_lifetime, r.audit_log) == \
         (DEFAULT_SURCHARGE, None, DEFAULT_CACHE_LIFETIME, None)
     assert p.server.auth == "scram-sha-256" and p.server.tls_cert is None
+    assert (p.server.max_connections, p.server.max_connections_per_analyst) == (64, 16)
     assert p.analysts == {} and p.budget_for("anyone") == p.budget
 
 
@@ -61,6 +62,10 @@ def test_per_analyst_budget_overrides_the_default_one():
     ({"server": {"auth": "md5"}}, "server.auth", "one of"),
     ({"server": {"tls_cert": "c.pem"}}, "server.tls_key", "both"),
     ({"server": {"max_message_bytes": 10}}, "server.max_message_bytes", "1024"),
+    ({"server": {"max_connections": 0}}, "server.max_connections", "from 1"),
+    ({"server": {"max_connections": 8, "max_connections_per_analyst": 9}}, "server.max_connections_per_analyst",
+     "max_connections (8)"),
+    ({"server": {"max_connections_per_analyst": True}}, "server.max_connections_per_analyst", "whole number"),
     ({"analysts": {"alice": {"password": "hunter2"}}}, "analysts.alice.password", "never a plain-text"),
     ({"analysts": {"alice": {"epsilon": 0.01}}}, "analysts.alice.epsilon", "below defaults.epsilon"),
     ({"analysts": {"alice": {"delta": 1.0}}}, "analysts.alice.delta", "below 1"),

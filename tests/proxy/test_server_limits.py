@@ -439,7 +439,6 @@ tuned = sys.argv[1] == "1" and tune_allocator()
 z = np.arange(4000.0)
 out = []
 def work():
-    arrays = []
     for i in range(60):
         if i == 10:
             f0 = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
@@ -472,3 +471,82 @@ def test_the_server_keeps_freed_memory_for_the_next_query():
     tuned, default = faults(True), faults(False)
     assert tuned < 20, tuned
     assert default > 10 * max(tuned, 1.0), (tuned, default)      # the premise: the defaults do fault
+
+
+def test_connections_per_analyst_and_in_all(people_db, tmp_path):
+    """Each session holds an engine connection, so one analyst could open connections until the
+    database refuses everyone's. At most max_connections_per_analyst sessions of one analyst
+    and max_connections in all are open: one more is refused at login (53300, FATAL), after
+    authentication and before any session (or engine connection) is opened; a closed
+    connection's place is free again once its session is closed."""
+    p = start_proxy(people_db, tmp_path, policy={"server": {"max_connections": 5, "max_connections_per_analyst": 3}})
+    conns = []
+    try:
+        def connect(user: str):
+            c = psycopg.connect(p.dsn(user), autocommit=True)
+            conns.append(c)
+            return c
+
+        def refused(user: str) -> str:
+            opened = len(p.sessions)
+            with pytest.raises(psycopg.OperationalError) as err:
+                connect(user)
+            assert len(p.sessions) == opened            # no session was opened for it
+            assert "too many" in str(err.value), err.value
+            fields = _login_error(p.port, user)         # libpq keeps no SQLSTATE of a failed login
+            assert fields["C"] == "53300" and fields["S"] == "FATAL", fields
+            assert len(p.sessions) == opened
+            return fields["M"]
+
+        alice = [connect("alice") for _ in range(3)]
+        assert "at most 3 at once ([server] max_connections_per_analyst)" in refused("alice")
+        bob = [connect("bob") for _ in range(2)]
+        assert "at most 5 sessions at once ([server] max_connections)" in refused("carol")
+        assert "max_connections" in refused("bob")
+        assert _login_error(p.port, "alice", "wrong")["C"] == "28P01"     # a wrong password learns nothing more
+        for c in alice + bob:
+            assert c.execute("SELECT COUNT(*) FROM people WHERE age > 40").fetchone()[0] > 0
+        alice[0].close()
+        assert wait_for(lambda: p.server.server.connections.open("alice") == 2, timeout=DEADLINE)
+        carol = connect("carol")                          # the freed place, for anyone
+        assert carol.execute("SELECT COUNT(*) FROM people WHERE age > 41").fetchone()[0] > 0
+        assert "max_connections" in refused("alice")
+        for c in bob:
+            c.close()
+        assert wait_for(lambda: p.server.server.connections.open() == 3, timeout=DEADLINE)
+        connect("alice")
+        assert "max_connections_per_analyst" in refused("alice")
+    finally:
+        for c in conns:
+            c.close()
+        p.server.stop()
+        p.backend.close()
+
+
+def _login_error(port: int, user: str, password: str = PASSWORD) -> dict[str, str]:
+    """The ErrorResponse fields a SCRAM login gets (or {} if it is admitted)."""
+    s = raw_connect(port)
+    try:
+        s.sendall(codec.startup_message({"user": user, "database": "test"}))
+        _read(s, until="R")
+        c = ScramClient(password)
+        first = c.first()
+        s.sendall(codec.frontend("p", b"SCRAM-SHA-256\0" + struct.pack("!i", len(first)) + first))
+        msgs = _read(s, until="R")
+        if msgs[-1][0] == "E":
+            return _fields(msgs[-1][1])
+        s.sendall(codec.frontend("p", c.final(msgs[-1][1][4:])))
+        for kind, body in _read(s):
+            if kind == "E":
+                return _fields(body)
+        return {}
+    finally:
+        s.close()
+
+
+def _fields(body: bytes) -> dict[str, str]:
+    out = {}
+    for part in body.split(b"\0"):
+        if part:
+            out[chr(part[0])] = part[1:].decode()
+    return out

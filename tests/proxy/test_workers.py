@@ -405,3 +405,35 @@ def test_tls_through_a_worker(people_db, tmp_path):
         assert s.stop() == 0
     finally:
         s.stop()
+
+
+def test_connection_limits_hold_over_workers(people_db, tmp_path):
+    """max_connections_per_analyst and max_connections count sessions on every process."""
+    s = Served(people_db, tmp_path, server={"max_connections": 3, "max_connections_per_analyst": 2})
+    conns = []
+    try:
+        conns += [s.connect("alice"), s.connect("alice")]
+        assert {pid_worker(c.info.backend_pid) for c in conns} == {0, 1}
+        for _ in range(2):                                  # whichever process the attempt lands on
+            with pytest.raises(psycopg.OperationalError) as err:
+                s.connect("alice")
+            assert "max_connections_per_analyst" in str(err.value)
+        conns.append(s.connect("bob"))
+        for _ in range(2):
+            with pytest.raises(psycopg.OperationalError) as err:
+                s.connect("carol")
+            assert "[server] max_connections)" in str(err.value)
+        conns.pop(0).close()
+        assert _wait(lambda: _admitted(s, "carol"))
+    finally:
+        for c in conns:
+            c.close()
+        s.stop()
+
+
+def _admitted(s: Served, user: str) -> bool:
+    try:
+        s.connect(user).close()
+    except psycopg.OperationalError:
+        return False
+    return True

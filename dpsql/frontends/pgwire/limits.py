@@ -5,6 +5,11 @@ What one client can make the server spend is bounded three ways:
 - `QuerySlots`: at most [server] max_concurrent_queries statements of one analyst run at once,
   over all of that analyst's connections; one more is refused at once (53400), charging nothing.
   `SharedQuerySlots` is the same limit over the processes of `dpsql serve --workers N`.
+- `ConnectionLimits`: at most [server] max_connections_per_analyst sessions of one analyst and
+  [server] max_connections in all; one more is refused at login (53300, as PostgreSQL's "too many
+  connections for role"), before a session, and with it an engine connection, is opened. Each
+  session holds a connection to the database, so without it one analyst could open connections
+  until the database refuses everyone's.
 - `Watchdog`: every emulated-catalog query stops after [server] catalog_timeout seconds (57014),
   or as soon as the client cancels, disconnects or the server shuts down; it may return at most
   [server] catalog_max_rows rows (54000, never a silent cut). catalog_sql.py refuses, before
@@ -28,7 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dpsql.errors import ConfigurationLimitExceeded, ProgramLimitExceeded, QueryCanceled
+from dpsql.errors import ConfigurationLimitExceeded, ProgramLimitExceeded, QueryCanceled, TooManyConnections
 
 # -- errors -------------------------------------------------------------------------------------------
 
@@ -85,10 +90,11 @@ class QuerySlots:
     waiting), so a query still running after a disconnect, or held by the release timing, counts.
     """
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int, refuse: Callable[[], Exception] | None = None):
         if limit < 1:
             raise ValueError("max_concurrent_queries must be at least 1")
         self.limit = limit
+        self._refuse = refuse or (lambda: TooManyQueries(limit))
         self._lock = threading.Lock()
         self._running: dict[str, int] = {}
 
@@ -97,7 +103,7 @@ class QuerySlots:
         with self._lock:
             n = self._running.get(analyst, 0)
             if n >= self.limit:
-                raise TooManyQueries(self.limit)
+                raise self._refuse()
             self._running[analyst] = n + 1
 
     def release(self, analyst: str) -> None:
@@ -131,18 +137,21 @@ class SharedQuerySlots:
     The refusal depends only on the analyst's own statements in flight, as with QuerySlots.
     """
 
-    def __init__(self, limit: int, directory: str | os.PathLike):
+    def __init__(self, limit: int, directory: str | os.PathLike, *, prefix: str = "slot",
+                 refuse: Callable[[], Exception] | None = None):
         if limit < 1:
             raise ValueError("max_concurrent_queries must be at least 1")
         self.limit = limit
         self.directory = os.fspath(directory)
+        self.prefix = prefix
+        self._refuse = refuse or (lambda: TooManyQueries(limit))
         self._lock = threading.Lock()
         self._held: dict[str, list[int]] = {}
         self._next = itertools.count()
 
     def _path(self, analyst: str, i: int) -> str:
         key = hashlib.sha256(analyst.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-        return os.path.join(self.directory, f"slot-{key}-{i}")
+        return os.path.join(self.directory, f"{self.prefix}-{key}-{i}")
 
     def acquire(self, analyst: str) -> None:
         """Take one of the analyst's slots in any process, or raise TooManyQueries."""
@@ -160,7 +169,7 @@ class SharedQuerySlots:
             with self._lock:
                 self._held.setdefault(analyst, []).append(fd)
             return
-        raise TooManyQueries(self.limit)
+        raise self._refuse()
 
     def release(self, analyst: str) -> None:
         with self._lock:
@@ -178,6 +187,46 @@ class SharedQuerySlots:
             if analyst is not None:
                 return len(self._held.get(analyst, ()))
             return sum(len(v) for v in self._held.values())
+
+
+class ConnectionLimits:
+    """[server] max_connections_per_analyst and max_connections: sessions open at once.
+
+    `admit(analyst)` after authentication and before the session opens; `leave(analyst)` once
+    the session is closed (its engine connection given back), not when the client goes. The
+    refusal depends only on how many sessions are open (the analyst's own, or everyone's),
+    never on data, and comes after authentication, so it tells nobody whether a name exists.
+    Over the processes of `dpsql serve --workers N` both limits hold in all (SharedQuerySlots
+    on the runtime directory)."""
+
+    def __init__(self, total: int, per_analyst: int, directory: str | os.PathLike | None = None):
+        def slots(limit: int, prefix: str, refuse: Callable[[], Exception]):
+            if directory is None:
+                return QuerySlots(limit, refuse)
+            return SharedQuerySlots(limit, directory, prefix=prefix, refuse=refuse)
+        self.total, self.per_analyst = total, per_analyst
+        self._all = slots(total, "conn-all", lambda: TooManyConnections(
+            f"sorry, too many clients already: at most {total} sessions at once ([server] max_connections)",
+            "try again when another client has disconnected"))
+        self._own = slots(per_analyst, "conn", lambda: TooManyConnections(
+            f"too many connections for this analyst: at most {per_analyst} at once "
+            f"([server] max_connections_per_analyst)", "close a connection you no longer use, and retry"))
+
+    def admit(self, analyst: str) -> None:
+        self._own.acquire(analyst)
+        try:
+            self._all.acquire("")
+        except BaseException:
+            self._own.release(analyst)
+            raise
+
+    def leave(self, analyst: str) -> None:
+        self._all.release("")
+        self._own.release(analyst)
+
+    def open(self, analyst: str | None = None) -> int:
+        """Sessions open now (in this process): of one analyst, or of all."""
+        return self._own.running(analyst) if analyst is not None else self._all.running()
 
 
 # -- the allocator ------------------------------------------------------------------------------------

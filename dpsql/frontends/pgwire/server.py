@@ -54,7 +54,7 @@ from dpsql.errors import (
 from dpsql.frontends.pgwire import auth as _auth
 from dpsql.frontends.pgwire import codec
 from dpsql.frontends.pgwire import copy as _copy
-from dpsql.frontends.pgwire.limits import QuerySlots, SharedQuerySlots, Workers
+from dpsql.frontends.pgwire.limits import ConnectionLimits, QuerySlots, SharedQuerySlots, Workers
 from dpsql.frontends.pgwire.types import (
     infer_param_oids,
     named_params,
@@ -132,6 +132,8 @@ class Server:
         self.executor = Workers(workers, thread_name_prefix="dpsql-q")
         limit = max_concurrent_queries or server_policy.max_concurrent_queries
         self.slots = QuerySlots(limit) if link is None else SharedQuerySlots(limit, link.runtime_dir)
+        self.connections = ConnectionLimits(server_policy.max_connections, server_policy.max_connections_per_analyst,
+                                            link.runtime_dir if link is not None else None)
         self.orphaned = asyncio.Event()         # a worker's supervisor is gone: time to stop
         self._adopting: set[asyncio.Task] = set()
         self.scram_mock = _auth.MockParams.for_policy(backend.policy) if self.auth != "trust" else None
@@ -383,7 +385,7 @@ class _Client:
             session, self.session = self.session, None
             catalog, self.catalog = self.catalog, None
             loop = asyncio.get_running_loop()
-            pid = self.pid
+            pid, user, limits = self.pid, self.user, self.server.connections
 
             def close(_=None) -> None:
                 try:
@@ -394,6 +396,8 @@ class _Client:
                         session.close()
                 except Exception:
                     log.exception("closing the session of connection %d", pid)
+                finally:
+                    limits.leave(user)          # its engine connection is given back
             inflight = self._inflight
             if inflight is not None and not inflight.done():
                 # still running (shutdown gave up waiting): close when it ends, on its thread
@@ -516,10 +520,19 @@ class _Client:
             self.send(codec.negotiate_protocol_version(0, unknown))
         if not await self._authenticate(user):
             return False
+        try:
+            self.server.connections.admit(user)     # before a session takes an engine connection
+        except Error as err:
+            log.info("connection from %s: %r refused: %s", self.peer, user, err)
+            self.send_error(err, fatal=True)
+            return False
         loop = asyncio.get_running_loop()
         try:
             self.session = await loop.run_in_executor(self.server.executor, self.server.backend.session, user)
-        except Error as err:
+        except BaseException as err:
+            self.server.connections.leave(user)
+            if not isinstance(err, Error):
+                raise
             log.info("connection from %s: no session for %r: %s", self.peer, user, err)
             fields = _error_fields(err)
             if fields["C"] == "08000":      # the name is not a valid analyst name
