@@ -550,3 +550,30 @@ def _fields(body: bytes) -> dict[str, str]:
         if part:
             out[chr(part[0])] = part[1:].decode()
     return out
+
+
+def test_sockets_that_never_log_in_are_capped(people_db, tmp_path):
+    """Connections that send nothing hold a socket until the startup timeout. A process keeps at
+    most max_connections + STARTUP_MARGIN sockets: the next is refused at once (FATAL 53300),
+    and a place is free again as soon as one closes."""
+    from dpsql.frontends.pgwire.server import STARTUP_MARGIN
+    p = start_proxy(people_db, tmp_path, policy={"server": {"max_connections": 2, "max_connections_per_analyst": 2}})
+    idle = []
+    try:
+        for _ in range(2 + STARTUP_MARGIN):
+            idle.append(raw_connect(p.port))
+        assert wait_for(lambda: len(p.server.server._tasks) == 2 + STARTUP_MARGIN, timeout=DEADLINE)
+        extra = raw_connect(p.port)
+        kind, body = _read(extra)[0]
+        assert kind == "E" and _fields(body)["C"] == "53300" and "too many clients" in _fields(body)["M"]
+        assert extra.recv(1) == b""                 # and closed
+        extra.close()
+        idle.pop().close()
+        assert wait_for(lambda: len(p.server.server._tasks) == 1 + STARTUP_MARGIN, timeout=DEADLINE)
+        with psycopg.connect(p.dsn("alice"), autocommit=True) as c:
+            assert c.execute("SELECT COUNT(*) FROM people WHERE age > 50").fetchone()[0] > 0
+    finally:
+        for s in idle:
+            s.close()
+        p.server.stop()
+        p.backend.close()

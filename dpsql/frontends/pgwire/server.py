@@ -75,6 +75,11 @@ _TX_START = {"BEGIN", "START"}
 _TX_END = {"COMMIT", "END", "ROLLBACK", "ABORT"}
 _FRAMING = object()          # queue marker: the byte stream cannot be framed any more
 SHUTDOWN_TIMEOUT = 10.0
+# Sockets one process keeps open beyond [server] max_connections: clients still starting up or
+# authenticating (each for at most the startup timeout) and cancel requests. Past that a new
+# socket is refused at once, so connections that never log in cannot exhaust the process's
+# file descriptors (which the ledger, the engines and the logs need too).
+STARTUP_MARGIN = 32
 # Statements answered from the connection's own state (settings, transaction status, prepared
 # statements) in microseconds: they never reach an engine or the catalog database, so they cannot
 # hold a worker, and refusing them would only break drivers' connection setup and COMMIT/ROLLBACK.
@@ -132,6 +137,7 @@ class Server:
         self.executor = Workers(workers, thread_name_prefix="dpsql-q")
         limit = max_concurrent_queries or server_policy.max_concurrent_queries
         self.slots = QuerySlots(limit) if link is None else SharedQuerySlots(limit, link.runtime_dir)
+        self.max_sockets = server_policy.max_connections + STARTUP_MARGIN
         self.connections = ConnectionLimits(server_policy.max_connections, server_policy.max_connections_per_analyst,
                                             link.runtime_dir if link is not None else None)
         self.orphaned = asyncio.Event()         # a worker's supervisor is gone: time to stop
@@ -198,6 +204,19 @@ class Server:
         log.info("stopped")
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._tasks) >= self.max_sockets:
+            log.warning("refusing a connection: %d sockets open ([server] max_connections + %d)",
+                        len(self._tasks), STARTUP_MARGIN)
+            writer.write(codec.error_response({
+                "S": "FATAL", "V": "FATAL", "C": "53300",
+                "M": f"sorry, too many clients already: at most {self.max_sockets} connections at once, "
+                     f"counting those still logging in ([server] max_connections + {STARTUP_MARGIN})"}))
+            try:
+                await writer.drain()
+            except (ConnectionError, OSError):
+                pass
+            writer.close()
+            return
         task = asyncio.current_task()
         self._tasks.add(task)
         client = _Client(self, reader, writer)
