@@ -319,9 +319,9 @@ def policy_check(path: str, database: str | None) -> None:
 @click.option("--startup-timeout", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,
               help="Seconds a new connection has to start up and authenticate.")
 @click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
-              help="Server processes. One process uses about one CPU core; with N > 1 a supervisor "
-                   "hands connections to N processes in turn, and the ledger, each analyst's "
-                   "[server] max_concurrent_queries and cancel requests hold over all of them.")
+              help="Server processes (N > 1: Linux). One process uses about one CPU core; with N > 1 a supervisor "
+                   "hands connections to N processes in turn, and the ledger, the [server] "
+                   "limits and cancel requests hold over all of them.")
 def serve(target: str | None, policy: str | None, listen: str, max_message_bytes: int | None,
           startup_timeout: float, workers: int) -> None:
     """Serve dpsql over the PostgreSQL wire protocol (psql, psycopg, JDBC, asyncpg...).
@@ -351,6 +351,9 @@ def serve(target: str | None, policy: str | None, listen: str, max_message_bytes
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise click.UsageError("--listen takes HOST:PORT, e.g. 127.0.0.1:6432")
     demo = target is None and policy is None
+    if workers > 1 and not sys.platform.startswith("linux"):
+        raise click.UsageError("--workers above 1 needs Linux (it hands connections to the processes over "
+                               "SOCK_SEQPACKET sockets); serve with one process here")
     if workers > 1 and (target or "").lower().startswith("spark://"):
         raise click.UsageError("--workers above 1 is for DuckDB and PostgreSQL backends: each process would "
                                "start its own Spark driver; serve Spark with one process")
