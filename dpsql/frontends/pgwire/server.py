@@ -28,8 +28,8 @@ import datetime as _dt
 import hmac
 import ipaddress
 import logging
-import re
 import os
+import re
 import secrets
 import socket
 import ssl
