@@ -365,6 +365,8 @@ def test_workers_stop_when_the_supervisor_dies(people_db, tmp_path):
     s = Served(people_db, tmp_path)
     workers = s.workers()
     assert len(workers) == 2
+    runtime = [Path(m.group(1)) for line in s.lines if (m := re.search(r"runtime directory (\S+)\)", line))]
+    assert len(runtime) == 1 and runtime[0].is_dir()
     s.proc.kill()                                  # kill -9: no chance to stop its workers
     s.proc.wait()
 
@@ -376,6 +378,7 @@ def test_workers_stop_when_the_supervisor_dies(people_db, tmp_path):
         return stat[0] == "Z"
 
     assert _wait(lambda: all(gone(p) for p in workers))
+    assert _wait(lambda: not runtime[0].exists())          # the workers removed what it left
 
 
 def test_workers_refuse_spark():

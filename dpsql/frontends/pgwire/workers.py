@@ -374,7 +374,7 @@ def worker_main(argv: list[str]) -> int:
         return 1
     link = WorkerLink(sock, index, config["runtime_dir"], int(config["port"]))
 
-    async def main() -> None:
+    async def main() -> bool:
         server = Server(backend, host=config["host"], port=link.port, auth=config.get("auth"),
                         max_message_bytes=config.get("max_message_bytes"),
                         startup_timeout=float(config.get("startup_timeout", 30.0)), link=link)
@@ -387,11 +387,14 @@ def worker_main(argv: list[str]) -> int:
         for t in waiters:
             t.cancel()
         await server.close()
+        return server.orphaned.is_set()
 
     try:
-        asyncio.run(main())
+        orphaned = asyncio.run(main())
     finally:
         backend.close()
+    if orphaned:      # the supervisor died without cleaning up (kill -9): remove its runtime directory
+        shutil.rmtree(link.runtime_dir, ignore_errors=True)
     return 0
 
 
