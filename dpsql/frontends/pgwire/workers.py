@@ -46,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 log = logging.getLogger("dpsql.server")
 
@@ -105,7 +105,6 @@ class _Worker:
     proc: subprocess.Popen
     sock: socket.socket
     ready: bool = False
-    started: float = field(default_factory=time.monotonic)
 
 
 class WorkerFailed(RuntimeError):
