@@ -1,6 +1,8 @@
 """Post-processing on noisy rows: expressions, intervals, HAVING, ORDER BY, LIMIT."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from dpsql.postprocess import evaluate, finish, half_width
@@ -93,3 +95,38 @@ def test_finish_simulates_derived_values_only():
     derived = finish(rows, [("d", ("sub", ("ref", "_v0"), ("ref", "_v1")), True)], None, [], None, 0, noise)
     (w,), = derived.widths
     assert 0 < w < 9.0 and w != pytest.approx(9.0, abs=0.05)
+
+
+@pytest.mark.parametrize("undefined", [0.0, 0.03, 0.049, 0.051, 0.2])
+def test_simulated_widths_count_undefined_draws_as_infinitely_far(undefined):
+    """The simulated 95% half-width is the 'higher' 95% quantile of the distances, a draw where the
+    expression is undefined (NaN) counting as +inf: finite when at most 5% are, else None. Checked
+    against numpy's quantile on every row of a result larger than one simulation batch."""
+    import numpy as np
+
+    from dpsql.postprocess import simulated_half_widths
+    rng = np.random.default_rng(11)
+    n = 4000
+    z = rng.laplace(0.0, 3.0, n)
+    z[rng.choice(n, int(undefined * n), replace=False)] = np.nan
+    z[rng.choice(n, 5, replace=False)] = np.inf     # infinitely far too, and ordered before NaN
+    rows = 70
+    envs = [{"s": float(v)} for v in rng.normal(0, 100, rows)]
+    got = simulated_half_widths(("neg", ("ref", "s")), envs, {"s": z}, [()] * rows)
+    want = []
+    for env in envs:
+        with np.errstate(invalid="ignore"):
+            d = np.abs(-(env["s"] + z) - (-env["s"]))
+        w = float(np.quantile(np.where(np.isnan(d), np.inf, d), 0.95, method="higher"))
+        want.append(w if np.isfinite(w) else None)
+    assert got == want
+    far = int(undefined * n) + 5                    # draws at +inf or undefined
+    assert all((w is None) == (far > n - 1 - math.ceil(0.95 * (n - 1))) for w in got)
+
+
+def test_numpy_partition_orders_nan_after_inf():
+    """The premise of the simulation's NaN handling (dpsql.postprocess._simulate)."""
+    import numpy as np
+    a = np.array([[np.nan, 1.0, np.inf, -np.inf, np.nan, 0.5]] * 3)
+    a.partition(3, axis=1)
+    assert np.isinf(a[:, 3]).all() and (a[:, 3] > 0).all() and np.isnan(a[:, 4:]).all()
