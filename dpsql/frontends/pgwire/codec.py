@@ -11,6 +11,7 @@ declared) into the Python value the Session binds as a literal.
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Callable
 import math
 import struct
 import uuid as _uuid
@@ -524,6 +525,57 @@ def encode_value(v: object, oid: int, fmt: int) -> bytes | None:
     if fmt == 0:
         return format_text(v).encode("utf-8")
     return encode_binary(v, oid)
+
+
+def _encode_text(v: object) -> bytes:
+    """encode_value(v, oid, 0) for a value that is not None: the common types first."""
+    t = type(v)
+    if t is str:
+        return v.encode("utf-8")            # type: ignore[union-attr]
+    if t is float:
+        return format_float(v).encode("ascii")    # type: ignore[arg-type]
+    if t is int:
+        return str(v).encode("ascii")
+    return format_text(v).encode("utf-8")
+
+
+def value_encoder(oid: int, fmt: int) -> Callable[[object], bytes]:
+    """encode_value(v, oid, fmt) for values that are not None, with the choice by column made
+    once (a result's rows all share their columns' types and formats)."""
+    if fmt == 0:
+        return _encode_text
+    if oid in INT_OIDS:
+        pack = struct.Struct(INT_OIDS[oid]).pack
+        return lambda v: pack(int(v))          # type: ignore[call-overload]
+    if oid in FLOAT_OIDS:
+        pack = struct.Struct(FLOAT_OIDS[oid]).pack
+        return lambda v: pack(float(v))        # type: ignore[arg-type]
+    return lambda v: encode_binary(v, oid)
+
+
+_NULL = b"\xff\xff\xff\xff"
+
+
+def row_encoder(spec: list[tuple[int, int]]) -> Callable[[tuple], bytes]:
+    """A function from a row (a value per column) to its DataRow message, for columns of
+    (type oid, format) `spec`: data_row([encode_value(v, oid, fmt) ...]) without choosing each
+    value's encoding again (a grouped answer's rows cost a third as much to send)."""
+    encoders = [value_encoder(oid, fmt) for oid, fmt in spec]
+    head = _I16.pack(len(encoders))
+    length = _I32.pack
+
+    def encode(row: tuple) -> bytes:
+        parts = [head]
+        for v, enc in zip(row, encoders):
+            if v is None:
+                parts.append(_NULL)
+            else:
+                b = enc(v)
+                parts.append(length(len(b)))
+                parts.append(b)
+        body = b"".join(parts)
+        return b"D" + length(len(body) + 4) + body
+    return encode
 
 
 def encode_binary(v: object, oid: int) -> bytes:

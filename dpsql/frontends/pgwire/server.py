@@ -759,12 +759,14 @@ class _Client:
     def _send_rows(self, ans: _Answer, fields: list[codec.Field], formats: list[int], start: int, stop: int) -> None:
         oids = [f.type_oid for f in fields]
         spec = list(zip(oids, formats))
+        if not ans.text_rows:
+            encode = codec.row_encoder(spec)
+            for row in ans.rows[start:stop]:
+                self.send(encode(row))
+            return
         for row in ans.rows[start:stop]:
-            if ans.text_rows:
-                vals = [v.encode("utf-8") if (v is not None and fmt == 0) else codec.text_to_binary(v, oid)
-                        for v, (oid, fmt) in zip(row, spec)]
-            else:
-                vals = [codec.encode_value(v, oid, fmt) for v, (oid, fmt) in zip(row, spec)]
+            vals = [v.encode("utf-8") if (v is not None and fmt == 0) else codec.text_to_binary(v, oid)
+                    for v, (oid, fmt) in zip(row, spec)]
             self.send(codec.data_row(vals))
 
     async def _run(self, sql: str, params: list | None, session_sql: str | None = None) -> _Answer:
