@@ -119,6 +119,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Context, Decimal, Inexact, InvalidOperation, Overflow
 from fractions import Fraction
+from functools import lru_cache
 from pathlib import Path
 from typing import ClassVar
 
@@ -297,7 +298,7 @@ class Ledger:
             raise ValueError("a charge needs epsilon > 0 or delta > 0")
         eps_total, dlt_total = _total("epsilon_total", epsilon_total), _total("delta_total", delta_total)
         if rho is None:
-            z_rho = accounting.decimal_up(Fraction(eps) ** 2 / 2)
+            z_rho = _epsilon_rho(eps)
             z_dlt = dlt if zcdp_delta is None else _amount("zcdp_delta", zcdp_delta)
         else:
             z_rho = _rho_amount(rho)
@@ -960,7 +961,19 @@ def _rho_amount(value: object) -> Decimal:
         raise ValueError(f"rho must be a number, not {type(value).__name__}")
     if frac < 0:
         raise ValueError("rho must be >= 0")
+    return _rho_up(frac)
+
+
+@lru_cache(maxsize=1024)
+def _rho_up(frac: Fraction) -> Decimal:
+    """accounting.decimal_up, kept: a plan's rho is charged again and again."""
     return accounting.decimal_up(frac)
+
+
+@lru_cache(maxsize=1024)
+def _epsilon_rho(eps: Decimal) -> Decimal:
+    """The zCDP cost of a generic epsilon-DP charge, eps^2 / 2 rounded up (accounting, claim 3)."""
+    return accounting.decimal_up(Fraction(eps) ** 2 / 2)
 
 
 # -- argument checks --------------------------------------------------------------------------------
@@ -978,8 +991,17 @@ def _name(what: str, value: object) -> str:
     return value
 
 
+@lru_cache(maxsize=4096)
+def _float_decimal(value: float) -> Decimal:
+    """_decimal of a float that is >= 0 (a query's amounts repeat: kept, not converted again)."""
+    result = Decimal(float.__repr__(value))
+    return _ZERO if result.is_zero() else result
+
+
 def _decimal(what: str, value: object) -> Decimal:
     """Exact decimal of a number; floats through their shortest repr, so 0.1 stays 0.1."""
+    if type(value) is float and value >= 0:     # the common case (NaN and negatives fail the test)
+        return _float_decimal(value)
     if isinstance(value, bool):
         raise ValueError(f"{what} must be a number, not a bool")
     if isinstance(value, Decimal):
@@ -1006,7 +1028,31 @@ def _total(what: str, value: object) -> Decimal:
     return _decimal(what, value)   # +inf allowed: an unlimited budget
 
 
+class ChargeParams(Mapping):
+    """A charge's mechanism parameters, encoded once: what the ledger records is the JSON made
+    when this object is, and reading it gives that JSON's content (changing the mapping it was
+    made from afterwards changes neither). For callers that charge the same parameters again and
+    again (a session charges a plan's on each run): the ledger takes it in place of a dict."""
+
+    __slots__ = ("json", "_items")
+
+    def __init__(self, mechanism: str, params: Mapping[str, object]):
+        self.json = _encode_params(mechanism, params)
+        self._items = json.loads(self.json)
+
+    def __getitem__(self, key: str) -> object:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
 def _encode_params(mechanism: str, params: object) -> str:
+    if type(params) is ChargeParams:
+        return params.json
     if not isinstance(params, Mapping):
         raise ValueError(f"params of {mechanism!r} must be a mapping")
     try:

@@ -56,7 +56,7 @@ from dpsql.errors import (
     SchemaChanged,
 )
 from dpsql.guard import AuditLog, answer_key, decode, encode
-from dpsql.ledger import Ledger, Spending, SubsetCharge
+from dpsql.ledger import ChargeParams, Ledger, Spending, SubsetCharge
 from dpsql.noise import SecureRng, make_mechanism
 from dpsql.noise.exponential import QuantileEM
 from dpsql.noise.mechanisms import epsilon_for_rho
@@ -633,7 +633,7 @@ class Session:
         if subset is not None:
             params["subset_selection"] = {"population": subset.population,
                                           "surcharge": self.policy.reconstruction.surcharge}
-        parts = (params, charged, surcharge, subset, accounting.decimal_up(charged.rho))
+        parts = (ChargeParams(plan.mechanism, params), charged, surcharge, subset, accounting.decimal_up(charged.rho))
         self._plans.put_derived(plan, ("charge",), parts)
         return parts
 

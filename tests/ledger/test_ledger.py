@@ -176,6 +176,26 @@ def test_params_round_trip_and_charge_rows(ledger):
     json.dumps(rows)   # admin tooling can print them
 
 
+def test_charge_params_record_what_they_were_made_from(ledger):
+    """ChargeParams (a plan's parameters, encoded once): the ledger records the same row as for the
+    dict, and changing the dict afterwards changes neither the record nor the mapping."""
+    from dpsql.ledger import ChargeParams
+    params = {"values": [{"scale": 0.5, "measure": "count"}], "bounding": {"l0": 1, "bounded": True}}
+    frozen = ChargeParams("laplace", params)
+    params["values"][0]["scale"] = 99.0
+    params["extra"] = 1
+    first = ledger.charge("ann", 0.25, 0.0, **BUDGET, mechanism="laplace", params=frozen)
+    second = ledger.charge("ann", 0.25, 0.0, **BUDGET, mechanism="laplace", params=frozen)
+    plain = ledger.charge("ann", 0.25, 0.0, **BUDGET, mechanism="laplace",
+                          params={"values": [{"scale": 0.5, "measure": "count"}], "bounding": {"l0": 1, "bounded": True}})
+    rows = {r["id"]: r["params"] for r in ledger.charges("ann")}
+    assert rows[first] == rows[second] == rows[plain] == {"values": [{"scale": 0.5, "measure": "count"}],
+                                                          "bounding": {"l0": 1, "bounded": True}}
+    assert dict(frozen) == rows[plain] and len(frozen) == 2 and frozen["bounding"]["l0"] == 1
+    with pytest.raises(ValueError):
+        ChargeParams("laplace", {"scale": float("nan")})
+
+
 def test_numpy_values_are_accepted():
     import numpy as np
 
