@@ -11,10 +11,10 @@ declared) into the Python value the Session binds as a literal.
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Callable
 import math
 import struct
 import uuid as _uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
