@@ -609,11 +609,11 @@ class Session:
                                  self.policy.limits.max_cached_bytes)
         return result
 
-    def _charge_parts(self, plan: QueryPlan) -> tuple[dict, Cost, float, SubsetCharge | None, Decimal]:
+    def _charge_parts(self, plan: QueryPlan) -> tuple[ChargeParams, Cost, float, SubsetCharge | None, Decimal]:
         """What the ledger records of a query and charges it: the mechanisms' parameters (the
         charge's params), the cost with its surcharge, the subset series and the rho rounded up.
         Functions of the plan and the policy alone, so they are kept with the plan (a repeated
-        query does not rebuild them); the params dict is never changed once made."""
+        query does not rebuild them); the params are frozen and encoded once (ChargeParams)."""
         kept = self._plans.derived(plan, ("charge",))
         if kept is not None:
             return kept
