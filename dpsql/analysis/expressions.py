@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -73,6 +74,28 @@ class Derived:
         return self.lo, self.hi
 
 
+_WHOLE_LITERAL = re.compile(r"\d+")
+
+
+def _literal_whole(node: exp.Expression) -> bool:
+    """Is this numeric literal an integer by PostgreSQL's typing? `10` is an integer (int4/int8),
+    `10.0`, `1e1` and integers beyond int8 are numeric: `age / 10.0` divides exactly, `age / 10`
+    truncates. The type comes from how the literal is written, never from its value."""
+    while isinstance(node, (exp.Neg, exp.Paren)):
+        node = node.this
+    return (isinstance(node, exp.Literal) and not node.is_string and _WHOLE_LITERAL.fullmatch(node.this) is not None
+            and int(node.this) < 2 ** 63)
+
+
+def _operand(sql: exp.Expression) -> exp.Expression:
+    """An operand of an operator, parenthesised when it is itself an operation: sqlglot writes a
+    tree as it stands, so `a * (1 - b)` built as Mul(a, Sub(1, b)) without a Paren would be read
+    back by the engine as `a * 1 - b`."""
+    if isinstance(sql, (exp.Binary, exp.Unary)) and not isinstance(sql, exp.Paren):
+        return exp.Paren(this=sql)
+    return sql
+
+
 def _literal_number(node: exp.Expression) -> Fraction | None:
     neg = isinstance(node, exp.Neg)
     lit = node.this if neg else node
@@ -111,7 +134,7 @@ class Expressions:
             # typed as its derived type: an untyped whole literal is an INTEGER on DuckDB and
             # PostgreSQL, so 2147483647 + 2147483647 in a row expression would overflow, on the rows
             # that reach it only (an error oracle); |lit| < 10^18 fits BIGINT, and the real type
-            whole = lit.denominator == 1
+            whole = _literal_whole(node)
             sql_type = "BIGINT" if whole else self.dialect.real
             return Derived(exp.Cast(this=_number_sql(lit), to=exp.DataType.build(sql_type)), "num", sql_type,
                            lit, lit, whole, (lit,))
@@ -123,7 +146,7 @@ class Expressions:
             return Derived(exp.Null(), "null", "NULL", domain=())
         if isinstance(node, exp.Neg):
             a = self._num(node.this)
-            return self._arith(exp.Neg(this=a.sql), -a.hi, -a.lo, a.integral, a)
+            return self._arith(exp.Neg(this=_operand(a.sql)), -a.hi, -a.lo, a.integral, a)
         if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
             return self._binary(node)
         if isinstance(node, (exp.Div, exp.IntDiv)):
@@ -214,7 +237,7 @@ class Expressions:
     def _as(self, d: Derived, integral: bool) -> exp.Expression:
         """A part in the operation's type: as it is when whole, else in the dialect's real type."""
         if integral or d.sql_type == self.dialect.real:
-            return d.sql
+            return _operand(d.sql)
         return exp.Cast(this=d.sql, to=exp.DataType.build(self.dialect.real))
 
     # -- arithmetic
@@ -238,7 +261,12 @@ class Expressions:
             out = self._arith(exp.Sub(this=x, expression=y), a.lo - b.hi, a.hi - b.lo, integral, a, b)
         else:
             p = [a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi]
-            out = self._arith(exp.Mul(this=x, expression=y), min(p), max(p), integral, a, b)
+            fl, fr = _literal_number(node.this), _literal_number(node.expression)
+            f, other = (fr, a) if fl is None else (fl, b) if fr is None else (None, a)
+            if not integral and f is not None and f.denominator != 1:   # x * 0.1 as x / 10: exact where
+                out = self._arith(self._scaled(other, f), min(p), max(p), False, a, b)   # PostgreSQL's is
+            else:
+                out = self._arith(exp.Mul(this=x, expression=y), min(p), max(p), integral, a, b)
         if a.domain is not None and b.domain is not None and len(a.domain) * len(b.domain) <= MAX_DOMAIN:
             op = {exp.Add: lambda u, v: u + v, exp.Sub: lambda u, v: u - v, exp.Mul: lambda u, v: u * v}[type(node)]
             out = _with_domain(out, {op(u, v) for u in a.domain for v in b.domain})
@@ -250,12 +278,14 @@ class Expressions:
         if d is None or d == 0:
             raise QueryRejected("division by anything but a non-zero number", "a divisor from the rows could be "
                                 "zero on some of them, and the error would reveal it")
-        integral = a.integral and d.denominator == 1 and not isinstance(node, exp.Div) or (
-            a.integral and d.denominator == 1 and bool(node.args.get("typed")))
+        # PostgreSQL's typing: integer / integer truncates (`typed` division, or DIV); a numeric
+        # literal (10.0) makes the division exact whatever its value
+        whole_divisor = d.denominator == 1 and _literal_whole(node.expression)
+        integral = a.integral and whole_divisor and (not isinstance(node, exp.Div) or bool(node.args.get("typed")))
         if integral:
             # PostgreSQL's integer division truncates toward zero; DuckDB's //, Spark's DIV too
             q = [_trunc(a.lo / d), _trunc(a.hi / d)]
-            out = self._arith(exp.IntDiv(this=a.sql, expression=_number_sql(d)), min(q), max(q), True, a)
+            out = self._arith(exp.IntDiv(this=_operand(a.sql), expression=_number_sql(d)), min(q), max(q), True, a)
             if a.domain is not None:
                 out = _with_domain(out, {_trunc(v / d) for v in a.domain})
             elif a.hi - a.lo < MAX_DOMAIN * abs(d):
@@ -265,8 +295,23 @@ class Expressions:
         # typed: a plain `/` in every dialect. Untyped, sqlglot writes CAST(x AS DOUBLE PRECISION) / d
         # for PostgreSQL, whose float8 division raises on underflow (a tiny value / 3): an error on
         # one row, so an error oracle. The numerator is already in the dialect's real type.
-        div = exp.Div(this=self._as(a, False), expression=_number_sql(d), typed=True)
-        return self._arith(div, min(q), max(q), False, a)
+        return self._arith(self._scaled(a, Fraction(1) / d), min(q), max(q), False, a)
+
+    def _scaled(self, a: Derived, f: Fraction) -> exp.Expression:
+        """a * f for a literal factor f = p / q, computed as (a * p) / q in the dialect's real type:
+        dividing by the whole number q is correctly rounded, so a whole a and a quotient that is
+        exactly a whole number (30 / 0.1, CEIL(age / 10.0) at a bucket's edge) come out exact, as
+        PostgreSQL's numeric arithmetic gives them; multiplying by 0.1's nearest double would not.
+        typed: a plain `/` in every dialect. Untyped, sqlglot writes CAST(x AS DOUBLE PRECISION) / d
+        for PostgreSQL, whose float8 division raises on underflow (a tiny value / 3): an error on
+        one row, so an error oracle. The numerator is already in the dialect's real type."""
+        x = self._as(a, False)
+        if f.numerator != 1:
+            self._arith(exp.Null(), a.lo * f.numerator, a.hi * f.numerator, False, a)   # the product's range
+            x = exp.Paren(this=exp.Mul(this=x, expression=_number_sql(Fraction(f.numerator))))
+        if f.denominator == 1:
+            return x.this if isinstance(x, exp.Paren) else x
+        return exp.Div(this=x, expression=_number_sql(Fraction(f.denominator)), typed=True)
 
     def _modulo(self, node: exp.Mod) -> Derived:
         a = self._num(node.this)
@@ -277,7 +322,7 @@ class Expressions:
         m = abs(d) - 1
         lo = Fraction(0) if a.lo >= 0 else -min(m, -a.lo)
         hi = Fraction(0) if a.hi <= 0 else min(m, a.hi)
-        out = self._arith(exp.Mod(this=a.sql, expression=_number_sql(abs(d))), lo, hi, True, a)
+        out = self._arith(exp.Mod(this=_operand(a.sql), expression=_number_sql(abs(d))), lo, hi, True, a)
         if a.domain is not None:
             return _with_domain(out, {Fraction(math.fmod(v, abs(d))) for v in a.domain})
         if hi - lo >= MAX_DOMAIN:   # never build a set of up to 2^53 values (memory an analyst could take)
@@ -312,9 +357,15 @@ class Expressions:
         else:
             sql = type(node)(this=x)
         step = Fraction(1, 10 ** int(n))
-        lo, hi = math.floor(a.lo / step) * step, math.ceil(a.hi / step) * step
-        out = self._arith(sql, lo, hi, False, a)
-        if n == 0 and hi - lo < MAX_DOMAIN:
+        down, up = {exp.Floor: (math.floor, math.floor), exp.Ceil: (math.ceil, math.ceil)}.get(
+            type(node), (math.floor, math.ceil))       # ROUND: outward (ties go either way by engine)
+        lo, hi = down(a.lo / step) * step, up(a.hi / step) * step
+        if n:
+            return self._arith(sql, lo, hi, False, a)
+        # to whole numbers: a BIGINT (the value is whole and within the checked range, so the cast
+        # is exact and total), so the key prints alike on every engine and its domain is public
+        out = self._arith(exp.Cast(this=sql, to=exp.DataType.build("BIGINT")), lo, hi, True, a)
+        if hi - lo < MAX_DOMAIN:
             out = _with_domain(out, set(range(int(lo), int(hi) + 1)))
         return out
 

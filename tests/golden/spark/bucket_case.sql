@@ -15,7 +15,9 @@ FROM (
   FROM (
     SELECT
       people.person_id AS _u,
-      CAST(CASE WHEN people.age < 0 THEN 0 WHEN people.age > 120 THEN 120 ELSE people.age END AS BIGINT) DIV 10 * CAST(10 AS BIGINT) AS _g0,
+      (
+        CAST(CASE WHEN people.age < 0 THEN 0 WHEN people.age > 120 THEN 120 ELSE people.age END AS BIGINT) DIV 10
+      ) * CAST(10 AS BIGINT) AS _g0,
       CASE WHEN people.sex = 'F' THEN CAST(1 AS BIGINT) ELSE CAST(0 AS BIGINT) END AS _x0
     FROM people AS people
     WHERE
