@@ -16,6 +16,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,17 @@ def _number(where: _Where, key: str, value: Any, *, positive: bool = False,
     return float(value)
 
 
+def exact(value: float | int) -> Fraction:
+    """A policy number as the decimal the user wrote. TOML reads `0.10` as the double nearest to
+    it, whose exact binary value is not 1/10 (and has 55 decimal digits); the shortest decimal
+    that reads back as the same double (Python's repr) is the number as written, for every
+    decimal of up to 15 significant digits. Bounds, clamps and sensitivities use this value, so
+    the SQL literal is `0.10`'s exact decimal and a bound of -999.99 is -999.99."""
+    if isinstance(value, int):
+        return Fraction(value)
+    return Fraction(repr(float(value)))
+
+
 def _count(where: _Where, key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise where.error(key, "must be a whole number >= 1")
@@ -127,6 +139,11 @@ class ColumnPolicy:
     @property
     def bounded(self) -> bool:
         return self.lower is not None
+
+    def exact_range(self) -> tuple[Fraction, Fraction]:
+        """The numeric bounds as the decimals written in the policy (`exact`)."""
+        assert self.lower is not None and self.upper is not None
+        return exact(self.lower), exact(self.upper)
 
     @property
     def is_integral(self) -> bool:

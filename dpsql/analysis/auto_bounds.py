@@ -126,7 +126,7 @@ def find(plan, policy, epsilon: float) -> AutoBound | None:
     alias, name = found.pop()
     inst = rel.instance(alias)
     cp = inst.policy.column(name)
-    lo, hi = Fraction(cp.lower), Fraction(cp.upper)
+    lo, hi = cp.exact_range()
     info = inst.columns.get(name)
     whole = cp.is_integral and info is not None and info.integral
     cands = candidates(lo, hi, bool(whole))

@@ -62,7 +62,7 @@ class ColumnInfo:
         if self.bounds is not None:
             return self.bounds
         assert self.policy is not None and self.policy.bounded
-        return Fraction(self.policy.lower), Fraction(self.policy.upper)
+        return self.policy.exact_range()
 
     @property
     def whole_bounds(self) -> bool:

@@ -58,6 +58,7 @@ from sqlglot import exp
 
 from dpsql.analysis.bind import exact_bounds
 from dpsql.errors import QueryRejected
+from dpsql.policy import exact
 
 if TYPE_CHECKING:
     from dpsql.analysis.plan import Measure
@@ -83,7 +84,7 @@ class SampleAggregate:
 
 def _range(fname: str, declared, a, b) -> tuple[Fraction, Fraction, str]:
     if declared is not None:
-        return Fraction(declared[0]), Fraction(declared[1]), "declared in the policy's [functions]"
+        return exact(declared[0]), exact(declared[1]), "declared in the policy's [functions]"
     if fname == "corr":
         return Fraction(-1), Fraction(1), "a correlation is in [-1, 1]"
     if fname in ("covar_pop", "covar_samp"):
