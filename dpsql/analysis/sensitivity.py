@@ -13,8 +13,10 @@ enforced by dpsql.rewrite (per_unit, group_choice, totals) and dpsql.rewrite.cli
 
 * count: each unit's per-group count is clamped to m = max_rows_per_unit, so
   Linf = m.
-* sum: each row is clamped to [lo, hi] and each unit's per-group sum to
-  [m*lo, m*hi], so Linf = m * max(|lo|, |hi|).
+* sum: each row is clamped to [lo, hi]; a unit has 1 to m rows in a group, so its
+  per-group sum lies in [min(0, m*lo), max(0, m*hi)] (not [m*lo, m*hi]: with lo > 0 a
+  unit of one row sums to lo < m*lo), and is clamped to that interval; adding or removing
+  the unit moves the group's sum by its own sum, so Linf = m * max(|lo|, |hi|).
 * centered sum (AVG): rows become x - mid with mid = (lo+hi)/2, in [-h, h] with
   h = (hi-lo)/2, unit sums clamped to [-m*h, m*h], so Linf = m * h.
 * squared sum (VARIANCE): rows become (x - mid)^2 in [0, h^2], unit sums clamped to

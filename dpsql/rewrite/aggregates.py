@@ -70,7 +70,11 @@ def bounded_total(m: Measure, rows_per_unit: int, d: EngineDialect) -> exp.Expre
     """Sum over units of each unit's contribution, clamped to max_rows_per_unit times the row bound.
 
     count: LEAST(count, m), so each unit adds at most m; sum: the unit's sum of clamped exact row
-    values, clamped again to [m*lo, m*hi] (centered: m*[lo-hi, hi-lo]). Where a BIGINT sum wraps
+    values, clamped again to [min(0, m*lo), max(0, m*hi)] (centered: m*[lo-hi, hi-lo]): a unit
+    has from 1 to m rows in the group, so its sum lies anywhere between the one-row and the m-row
+    extremes, and with a positive lo a unit with fewer than m rows sums below m*lo (the interval
+    [m*lo, m*hi] would raise it: wrong answers on data bounding should leave alone). The interval
+    contains 0 and has the same Linf as before (dpsql.analysis.sensitivity). Where a BIGINT sum wraps
     around on overflow (Spark: a sum across many units could, and one unit more would then move
     it by ~2**64), the clamped values are summed in the wide type (EngineDialect.cast_sum). A
     unit's own sum may still wrap there; the clamp bounds it anyway.
@@ -81,10 +85,11 @@ def bounded_total(m: Measure, rows_per_unit: int, d: EngineDialect) -> exp.Expre
         cap = m.cap if m.cap is not None else rows_per_unit
         return exp.Sum(this=exp.Least(this=v, expressions=[exp.Literal.number(cap)], ignore_nulls=True))
     lo, hi = row_bounds(m)
-    bounded = clamp(v, lo * rows_per_unit, hi * rows_per_unit)
+    lo, hi = min(0, lo * rows_per_unit), max(0, hi * rows_per_unit)
+    bounded = clamp(v, lo, hi)
     if d.cast_sum:
         bounded = exp.Cast(this=bounded, to=exp.DataType.build(d.wide_int, dialect=d.name))
-    elif d.narrow_sums and fits_int8(lo * rows_per_unit, hi * rows_per_unit):
+    elif d.narrow_sums and fits_int8(lo, hi):
         # the clamped contribution is an integer in int8's range: the cast cannot fail, and the
         # SUM across units accumulates in the engine's cheap wide integer
         bounded = _bigint(bounded)
