@@ -46,6 +46,12 @@ def evaluate(expr: tuple, env: Env, keys: Sequence[Any]) -> Any:
     if op == "var":
         _, s, q, c, lo, hi, sample, root = expr
         return _var(env[s], env[q], env[c], lo, hi, sample, root)
+    if op == "avgraw":      # an AVG before its clamp (unclamped(): accuracy only)
+        _, s, c, lo, hi = expr
+        return (lo + hi) / 2 + env[s] / max(env[c], 1.0)
+    if op == "varraw":
+        _, s, q, c, lo, hi, sample, root = expr
+        return _var_raw(env[s], env[q], env[c], sample, root)
     if op == "clamp":       # ("clamp", a, lo, hi): a sample-and-aggregate mean kept in its range
         v = evaluate(expr[1], env, keys)
         return None if v is None else min(expr[3], max(expr[2], float(v)))
@@ -118,8 +124,56 @@ def _var(s: float, q: float, c: float, lo: float, hi: float, sample: bool, root:
     return math.sqrt(v) if root else v
 
 
+def _var_raw(s: float, q: float, c: float, sample: bool, root: bool) -> float:
+    """_var before its clamp; root: the signed square root (monotone, so a variance estimate
+    below 0 gives a standard deviation estimate below 0, as far from the truth as it is)."""
+    n = max(c, 1.0)
+    v = q / n - (s / n) ** 2
+    if sample and n > 1:
+        v *= n / (n - 1)
+    return math.copysign(math.sqrt(abs(v)), v) if root else v
+
+
+def unclamped(expr: tuple) -> tuple:
+    """The expression with the clamps of AVG, VARIANCE/STDDEV and sample-and-aggregate means
+    taken out, for accuracy only (the released value keeps them).
+
+    A clamp to [lo, hi] that holds the true value moves an estimate only towards the truth:
+    |clamp(u) - t| <= |u - t| when t is in [lo, hi]. So a 95% half-width of the unclamped
+    estimate u is one of the clamped value too. Simulated around the clamped value itself, a
+    value pinned at a bound (a small group's AVG whose noisy sum/count falls far outside the
+    range) would come out with half-width 0: certainty, where there is none."""
+    op = expr[0]
+    if op == "avg":
+        return ("avgraw",) + expr[1:]
+    if op == "var":
+        return ("varraw",) + expr[1:]
+    if op == "clamp":
+        return unclamped(expr[1])
+    if op in ("lit", "ref", "key"):
+        return expr
+    return (op,) + tuple(unclamped(e) if isinstance(e, tuple) else e for e in expr[1:])
+
+
+def _range_width(expr: tuple) -> float:
+    """The width of the range a top-level clamp keeps the released value in (inf: none): the
+    released value and the truth both lie in it, so no half-width need exceed it."""
+    op = expr[0]
+    if op == "avg":
+        return float(expr[4] - expr[3])
+    if op == "clamp":
+        return float(expr[3] - expr[2])
+    if op == "var":
+        h2 = ((expr[5] - expr[4]) / 2) ** 2
+        return float(math.sqrt(h2) if expr[7] else h2)
+    return math.inf
+
+
 def half_width(expr: tuple, env: Env, widths: Env, keys: Sequence[Any]) -> float | None:
     """95% half-width of an expression's noise, by interval arithmetic (None: unbounded)."""
+    if evaluate(expr, env, keys) is None:
+        return None
+    cap, expr = _range_width(expr), unclamped(expr)      # as in _simulate
     iv = _interval(expr, env, widths, keys)
     if iv is None:
         return None
@@ -127,7 +181,7 @@ def half_width(expr: tuple, env: Env, widths: Env, keys: Sequence[Any]) -> float
     if v is None or isinstance(v, (str, bool)):
         return None
     lo, hi = iv
-    w = max(hi - float(v), float(v) - lo, 0.0)
+    w = min(max(hi - float(v), float(v) - lo, 0.0), cap)
     return w if math.isfinite(w) else None
 
 
@@ -148,6 +202,19 @@ def _interval(expr: tuple, env: Env, widths: Env, keys) -> tuple[float, float] |
         mid = (lo + hi) / 2
         cands = [mid + a / b for a in (sv - sw, sv + sw) for b in (clo, chi)]
         return (min(hi, max(lo, min(cands))), min(hi, max(lo, max(cands))))
+    if op == "avgraw":
+        _, s, c, lo, hi = expr
+        sv, sw, cv, cw = env[s], widths[s], env[c], widths[c]
+        clo, chi = max(cv - cw, 1.0), max(cv + cw, 1.0)
+        cands = [(lo + hi) / 2 + a / b for a in (sv - sw, sv + sw) for b in (clo, chi)]
+        return (min(cands), max(cands))
+    if op == "varraw":
+        _, s, q, c, lo, hi, sample, root = expr
+        corners = [_var_raw(sv, qv, cv, sample, root)
+                   for sv in (env[s] - widths[s], env[s] + widths[s]) + ((0.0,) if abs(env[s]) <= widths[s] else ())
+                   for qv in (env[q] - widths[q], env[q] + widths[q])
+                   for cv in (env[c] - widths[c], env[c] + widths[c])]
+        return (min(corners), max(corners))
     if op == "var":
         _, s, q, c, lo, hi, sample, root = expr
         corners = []
@@ -263,6 +330,11 @@ def _simulate(expr: tuple, envs: Sequence[Env], draws: Mapping[str, np.ndarray],
     numeric = [v is not None and isinstance(v, (int, float, Decimal)) and not isinstance(v, bool) for v in values]
     if not any(numeric):
         return [None] * len(envs)
+    # the spread of the unclamped estimate around itself (unclamped: a valid width for the
+    # clamped value), never wider than the clamp's own range
+    cap = _range_width(expr)
+    expr = unclamped(expr)
+    values = [evaluate(expr, env, k) if ok else None for env, k, ok in zip(envs, keys, numeric)]
     vec = {name: np.array([float(env[name]) for env in envs])[:, None] + z[None, :]
            for name, z in draws.items() if name in envs[0]}
     try:
@@ -270,7 +342,7 @@ def _simulate(expr: tuple, envs: Sequence[Env], draws: Mapping[str, np.ndarray],
     except _NotVector:
         return [None] * len(envs)
     n = len(next(iter(draws.values())))
-    center = np.array([float(v) if ok else np.nan for v, ok in zip(values, numeric)])[:, None]
+    center = np.array([float(v) if ok and v is not None else np.nan for v, ok in zip(values, numeric)])[:, None]
     # One fresh rows x draws array, then in place (the partition is most of the cost). A draw
     # where the expression is undefined (NaN) counts as infinitely far: numpy orders NaN after
     # every number, +inf included, so the quantile is not finite (None) exactly when more than
@@ -281,7 +353,7 @@ def _simulate(expr: tuple, envs: Sequence[Env], draws: Mapping[str, np.ndarray],
     k = math.ceil(0.95 * (n - 1))                  # numpy's "higher" 95% quantile
     dist.partition(k, axis=1)
     w = dist[:, k]
-    return [float(x) if ok and math.isfinite(x) else None for x, ok in zip(w, numeric)]
+    return [min(float(x), cap) if ok and math.isfinite(x) else None for x, ok in zip(w, numeric)]
 
 
 class _NotVector(Exception):
@@ -325,6 +397,18 @@ def _vector(expr: tuple, vec: Mapping[str, np.ndarray], keys: Sequence[Sequence[
             v = np.where(n > 1, v * n / np.where(n > 1, n - 1, 1.0), v)
         v = np.clip(v, 0.0, ((hi - lo) / 2) ** 2)
         return np.sqrt(v) if root else v
+    if op == "avgraw":
+        _, s, c, lo, hi = expr
+        out = np.maximum(vec[c], 1.0)
+        np.divide(vec[s], out, out=out)
+        return np.add((lo + hi) / 2, out, out=out)
+    if op == "varraw":
+        _, s, q, c, lo, hi, sample, root = expr
+        n = np.maximum(vec[c], 1.0)
+        v = vec[q] / n - (vec[s] / n) ** 2
+        if sample:
+            v = np.where(n > 1, v * n / np.where(n > 1, n - 1, 1.0), v)
+        return np.copysign(np.sqrt(np.abs(v)), v) if root else v
     if op == "clamp":       # a sample-and-aggregate mean, kept in its output range
         return np.clip(_vector(expr[1], vec, keys), expr[2], expr[3])
     if op == "neg":
