@@ -319,11 +319,72 @@ def _finish(first: Instance, steps: list[JoinStep], classes: UnitClasses, cat: C
     written = [i for i in protected if not i.implicit]
     unique = all(i.unique for i in written) and all(
         _public_unique(s, cat) for s in steps if s.instance.kind == "public")
-    rows = math.prod(i.rows for i in written) if not unique else 1
-    groups = math.prod(i.groups for i in written) if not unique else 1
+    rows, groups = _join_limits(first, steps, cat) if not unique else (1, 1)
     return Relation(first, tuple(steps), unit=unit, unit_unique=unique, unit_not_null=unit_inst.not_null,
                     rows_per_unit=min(rows, 1_000_000), groups_per_unit=min(groups, 1_000_000),
                     unit_class=classes.members(unit))
+
+
+def _unique_columns(inst: Instance, cat: Catalog) -> set[ColRef]:
+    """Columns the engine guarantees unique in one FROM item (a per-unit subquery: its unit)."""
+    if inst.kind == "per_unit":
+        return {(inst.alias, inst.unit)} if inst.unit is not None else set()
+    f = cat.facts.get(inst.ref)
+    return {(inst.alias, c) for c in (getattr(f, "unique", None) or ())}
+
+
+def _join_limits(first: Instance, steps: list[JoinStep], cat: Catalog) -> tuple[int, int]:
+    """How many rows of the joined relation one unit can have in one group, and in how many
+    groups, when each protected table's rows keep within its own limits: the clamp parameters m
+    and L0 of bounding.
+
+    Joining L and B on L.x = B.k where the engine guarantees k unique in B (a foreign key to a
+    primary key, lineitem to its order) matches each row of L with at most one row of B: each
+    joined row is determined by its row of L (so is its group), the unit's joined rows in a group
+    are at most L's, in at most L's groups, and L's unique columns stay unique. Symmetrically when x
+    is unique in L (an INNER join). Otherwise each row of L can meet each of B's: the product.
+    For LEFT JOIN only the first rule applies (an unmatched row of L stays, NULL-extended).
+
+    This bounds utility, not privacy: m and L0 are clamps that the rewrite enforces whatever the
+    data hold (rewrite/per_unit, group_choice, totals), and the sensitivity follows from the
+    clamps alone (dpsql.analysis.sensitivity). A uniqueness the engine stopped guaranteeing would
+    only make the clamps clip; it is still checked when each query runs, with every fact the
+    plan read (engines' run(expect=...)). Public tables add no unit's rows here (their fan-out is
+    bounded by the same clamps: see the module docstring of dpsql.analysis.relation); one whose
+    ON misses a unique key of its own can repeat the rows before it, so their keys stop being
+    unique."""
+    limit: tuple[int, int] | None = None
+    uniq: set[ColRef] = set()
+    items: list[tuple[Instance, JoinStep | None]] = [(first, None)] + [(s.instance, s) for s in steps]
+    for inst, step in items:
+        if inst.kind == "public":
+            if step is not None and not _public_unique(step, cat):
+                uniq = set()
+            continue
+        own = (inst.rows, inst.groups) if not inst.implicit else (1, 1)
+        mine = _unique_columns(inst, cat)
+        if limit is None:
+            limit, uniq = own, mine
+            continue
+        left_unique = right_unique = False
+        for c in _conjuncts(step.on) if step is not None else ():
+            if not (isinstance(c, exp.EQ) and isinstance(c.this, exp.Column) and isinstance(c.expression, exp.Column)):
+                continue
+            for a, b in ((c.this, c.expression), (c.expression, c.this)):
+                if b.table == inst.alias and a.table != inst.alias:
+                    right_unique |= (inst.alias, b.name) in mine
+                    left_unique |= (a.table, a.name) in uniq
+        if step is not None and step.kind == "left":
+            left_unique = False
+        if right_unique and left_unique:
+            limit, uniq = (min(limit[0], own[0]), min(limit[1], own[1])), uniq | mine
+        elif right_unique:
+            pass                                   # each row of L meets at most one of B
+        elif left_unique:
+            limit, uniq = own, mine                # each row of B meets at most one of L
+        else:
+            limit, uniq = (limit[0] * own[0], limit[1] * own[1]), set()
+    return limit if limit is not None else (1, 1)
 
 
 def _public_unique(step: JoinStep, cat: Catalog) -> bool:
