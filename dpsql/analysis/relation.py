@@ -148,12 +148,14 @@ class JoinStep:
 @dataclass(frozen=True)
 class SemiJoin:
     """A per-unit membership test from WHERE: `unit [NOT] IN (SELECT unit FROM relation WHERE p)`
-    or [NOT] EXISTS with unit equality. Each unit's answer depends only on its own rows in the
-    inner relation, so the test is a per-unit filter. `name` is the flag's alias in the rewrite."""
+    or [NOT] EXISTS with unit equality, or with a link key's equality (an order's line items:
+    dpsql.analysis.semijoin). Each unit's answer depends only on its own rows in the inner
+    relation, so the test is a per-unit filter. `name` is the flag's alias in the rewrite."""
     name: str
     relation: Relation
     where: exp.Expression | None
-    outer: ColRef                      # the outer unit column it is tested against
+    outer: ColRef                      # the outer column it is tested against (the unit, or a linked key)
+    inner: ColRef | None = None        # the inner column tested (None: the inner relation's unit)
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,18 @@
     unit [NOT] IN (SELECT unit FROM relation WHERE p)
     [NOT] EXISTS (SELECT ... FROM relation WHERE relation.unit = outer.unit AND p)
 
+    [NOT] EXISTS (SELECT ... FROM lineitem WHERE lineitem.l_orderkey = orders.o_orderkey AND p)
+    orders.o_orderkey [NOT] IN (SELECT l_orderkey FROM lineitem WHERE p)
+
 Privacy argument: whether a unit passes depends only on that unit's own rows in the inner
 relation (the test equates the inner unit with the outer unit, at one type), so the filter is
 a function of each unit's rows, like a condition on its own columns; removing one unit's rows
 everywhere changes no other unit's outcome, and bounding still applies to the rows that pass.
+The same holds through a link key: lineitem's `link = "l_orderkey -> orders.o_orderkey"` makes
+each line item's unit the unit of the one order (o_orderkey unique in the engine, checked when
+the query runs) whose key it holds. Testing an outer orders row's o_orderkey against the inner
+l_orderkey (at one type) reads only line items whose unit is that order's: the outer row's own
+unit. So the flag is again a function of the outer row's unit's own rows.
 The rewrite evaluates p per row inside an aggregate (COUNT(*) FILTER (WHERE p) per unit), never
 as a filter the engine could decide from statistics, like the query's own WHERE.
 """
@@ -53,7 +61,8 @@ class SemiJoins:
             if not isinstance(col, exp.Column):
                 raise QueryRejected("IN (SELECT expression ...)", "select the privacy unit")
             iref, iinfo = _resolve_in(list(rel.instances), col)
-            self._units(oref, oinfo, iref, iinfo, rel)
+            key = self._units(oref, oinfo, iref, iinfo, rel)
+            self._null_safe(node, rel, iref)
         elif isinstance(node, exp.Exists):
             inner = node.this
             inner = inner.this if isinstance(inner, exp.Subquery) else inner
@@ -75,7 +84,7 @@ class SemiJoins:
                 raise QueryRejected("this EXISTS correlation", "correlate by inner.unit = outer.unit only")
             oref, oinfo = _resolve_in(list(self.rel.instances), o)
             iref, iinfo = _resolve_in(list(rel.instances), i)
-            self._units(oref, oinfo, iref, iinfo, rel)
+            key = self._units(oref, oinfo, iref, iinfo, rel)
         else:
             raise QueryRejected("this subquery", "not part of the accepted subset")
         pred = None
@@ -89,9 +98,27 @@ class SemiJoins:
             from dpsql.analysis.bind import _and_all
             pred = _and_all(([pred] if pred is not None else []) + extra)
         name = self.cat.fresh("_s")
-        self.found.append(SemiJoin(name, rel, pred, oref))
+        self.found.append(SemiJoin(name, rel, pred, oref, key))
         flag = exp.Coalesce(this=exp.column("_in", table=name), expressions=[exp.Literal.number(0)])
         return exp.GT(this=flag, expression=exp.Literal.number(0))
+
+    def _null_safe(self, node: exp.In, rel: Relation, iref) -> None:
+        """NOT (x IN (SELECT c ...)) is NULL, never TRUE, for every row as soon as one inner row
+        has c NULL: SQL's answer would turn on whether any one person has such a row, which a
+        per-unit flag cannot give (it skips NULLs, as EXISTS does). Under a NOT, the inner
+        column must be NOT NULL in the engine (checked when the query runs, with the other facts)."""
+        negated, up = False, node.parent
+        while up is not None and not isinstance(up, (exp.Where, exp.Select)):
+            negated |= isinstance(up, exp.Not)
+            up = up.parent
+        if not negated:
+            return
+        inst = rel.instance(iref[0])
+        if inst is not None and inst.policy is not None and self.cat.not_null(inst.policy, iref[1]):
+            return
+        raise QueryRejected("NOT IN (SELECT ...) over a column that may be NULL",
+                            "one NULL in the subquery makes NOT IN false for every row",
+                            "write NOT EXISTS (SELECT 1 FROM ... WHERE inner.col = outer.col AND ...)")
 
     @staticmethod
     def _plain(inner: exp.Select) -> None:
@@ -119,13 +146,33 @@ class SemiJoins:
                 raise QueryRejected("a correlated subquery", "only the unit equality may refer to the outer query")
         return own, corr
 
-    def _units(self, oref, oinfo, iref, iinfo, rel: Relation) -> None:
+    def _units(self, oref, oinfo, iref, iinfo, rel: Relation):
+        """Check the tested columns: both units, or an outer linked key and the inner link column
+        that points at it. Returns the inner key column (None: the inner unit)."""
         if rel.unit is None:
             raise QueryRejected("a semi-join on public tables", "only semi-joins on the privacy unit are supported")
-        if oref not in self.rel.unit_class:
-            raise QueryRejected("this semi-join", "it must test the outer query's privacy unit")
-        if iref not in rel.unit_class:
-            raise QueryRejected("this semi-join", "the subquery must select (or correlate on) its privacy unit")
         if not same_type(oinfo.sql_type, iinfo.sql_type):
-            raise QueryRejected("this semi-join", "the two unit columns have different types, so matching them "
+            raise QueryRejected("this semi-join", "the two columns have different types, so matching them "
                                 "could convert values")
+        if oref in self.rel.unit_class and iref in rel.unit_class:
+            return None
+        if self._through_link(oref, iref, rel):
+            return iref
+        if oref not in self.rel.unit_class:
+            raise QueryRejected("this semi-join", "it must test the outer query's privacy unit, or a key that the "
+                                "subquery's table links to (orders.o_orderkey against lineitem.l_orderkey when "
+                                "lineitem's link is l_orderkey -> orders.o_orderkey)")
+        raise QueryRejected("this semi-join", "the subquery must select (or correlate on) its privacy unit")
+
+    def _through_link(self, oref, iref, rel: Relation) -> bool:
+        """The inner column is a linked table's link column, and the outer column is the linked
+        key in the outer query's instance of that very table (whose unit the outer rows have)."""
+        inner = rel.instance(iref[0])
+        outer = self.rel.instance(oref[0])
+        if inner is None or outer is None or inner.kind != "protected" or outer.kind != "protected":
+            return False
+        link = inner.link
+        # binding the inner relation resolved this link, so the engine's uniqueness of the key
+        # was checked there (bind._link_unit) and is checked again when the query runs
+        return (link is not None and link.column == iref[1] and outer.policy is not None
+                and outer.policy.name == link.table and link.key == oref[1])

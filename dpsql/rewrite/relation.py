@@ -100,9 +100,11 @@ def filtered(agg: exp.Expression, cond: exp.Expression | None) -> exp.Expression
 
 def semi_select(s: SemiJoin, d: EngineDialect) -> exp.Select:
     """SELECT unit AS _u, COUNT(*) FILTER (WHERE p) AS _in FROM relation WHERE unit IS NOT NULL
-    GROUP BY unit: one row per unit with how many of its rows pass p."""
+    GROUP BY unit: one row per unit with how many of its rows pass p. Correlated through a link
+    key (s.inner), one row per key value instead: every row of a key belongs to the one unit of
+    the outer row holding that key (dpsql.analysis.semijoin)."""
     rel = s.relation
-    unit = unit_column(rel)
+    unit = unit_column(rel, s.inner)
     cols = [exp.alias_(unit.copy(), "_u", copy=False),
             exp.alias_(filtered(exp.Count(this=exp.Star()), _paren(s.where, d)), "_in", copy=False)]
     return select(cols, rel, d, not_null_unit(rel), [unit.copy()])

@@ -138,6 +138,14 @@ CASES = {
     "integer_literal_truncates": "SELECT age / 10 AS b, COUNT(*) AS n FROM customer GROUP BY 1",
     "numeric_literal_product": "SELECT FLOOR(age * 0.1) AS b, COUNT(*) AS n FROM customer GROUP BY 1",
     "numeric_literal_sum": "SELECT SUM(age / 4.0) AS s, SUM(age / 4) AS t FROM customer",
+    # semi-joins correlated through a link key: an order's line items (TPC-H Q4's shape)
+    "exists_through_link_key": "SELECT o_orderpriority, COUNT(*) AS n FROM orders WHERE EXISTS (SELECT 1 FROM "
+                               "lineitem WHERE l_orderkey = o_orderkey AND l_quantity > 30) GROUP BY o_orderpriority",
+    "not_exists_through_link_key": "SELECT COUNT(*) AS n, SUM(o_totalprice) AS s FROM orders WHERE NOT EXISTS "
+                                   "(SELECT 1 FROM lineitem WHERE lineitem.l_orderkey = orders.o_orderkey "
+                                   "AND l_returnflag = 'R')",
+    "in_through_link_key": "SELECT SUM(o_totalprice) AS s FROM orders WHERE o_orderkey IN "
+                           "(SELECT l_orderkey FROM lineitem WHERE l_discount > 0.05)",
 }
 
 
@@ -182,3 +190,13 @@ def test_joins_along_keys_do_not_multiply_limits(shop):
     assert scale("SELECT COUNT(*) AS n FROM orders") == pytest.approx(ORDERS_PER_CUSTOMER)
     assert scale("SELECT COUNT(*) AS n FROM orders a JOIN orders b ON a.o_custkey = b.o_custkey") == \
         pytest.approx(ORDERS_PER_CUSTOMER ** 2)
+
+
+def test_not_in_over_a_nullable_column_is_refused(shop):
+    """NOT IN over a column that may be NULL is false for every row once one inner row is NULL:
+    refused (with the NOT EXISTS form), not answered differently from the engine."""
+    cur, _ = shop
+    with pytest.raises(dpsql.errors.QueryRejected, match="may be NULL") as err:
+        cur.execute("SELECT COUNT(*) AS n FROM orders WHERE o_orderkey NOT IN "
+                    "(SELECT l_orderkey FROM lineitem WHERE l_discount > 0.05)")
+    assert "NOT EXISTS" in err.value.hint
