@@ -486,6 +486,9 @@ def wrap(table: Table, wraps: Sequence[Any]) -> Table:
     selects columns of the rows below it (("key", i) is the i-th), filters, orders and limits.
     A selected column keeps its half-width; a computed one has none."""
     for w in wraps:
+        if hasattr(w, "sql"):               # window functions: dpsql.analysis.windows.SqlWrap
+            table = sql_wrap(table, w)
+            continue
         kept = []
         for values, hw in zip(table.rows, table.widths):
             if w.where is not None and evaluate(w.where, {}, values) is not True:
@@ -569,11 +572,65 @@ def present(columns: list[str], types: list[str], db_types: list[str], rows: lis
 
 def through(values: Sequence[Any], wraps: Sequence[Any], default: Any = None) -> list:
     """Per-column facts (types, accuracy) of the innermost rows, carried to the outermost
-    query's columns: a selected column keeps its fact, a computed one gets `default`."""
+    query's columns: a selected column keeps its fact, a computed one gets `default` (a window
+    function's SQL type where the facts are SQL types, `default` a type name)."""
     out = list(values)
     for w in wraps:
-        out = [out[e[1]] if e[0] == "key" else default for _, e in w.outputs]
+        out = [out[e[1]] if e[0] == "key" else e[1] if e[0] == "win" and default == "VARCHAR" else default
+               for _, e in w.outputs]
     return out
+
+
+def _duck_type(values: Sequence[Any]) -> str:
+    """The DuckDB type of one released column, from its values (all of one kind, or NULL)."""
+    kinds = {type(v) for v in values if v is not None}
+    if not kinds:
+        return "DOUBLE"
+    if kinds <= {bool}:
+        return "BOOLEAN"
+    if kinds <= {int}:
+        return "BIGINT"
+    if kinds <= {int, float, Decimal} or all(issubclass(k, (int, float, Decimal, np.number)) for k in kinds):
+        return "DOUBLE"
+    if kinds <= {_dt.date}:
+        return "DATE"
+    if kinds <= {_dt.datetime}:
+        return "TIMESTAMP"
+    return "VARCHAR"
+
+
+def sql_wrap(table: Table, w: Any) -> Table:
+    """An outer query with window functions over the released rows (dpsql.analysis.windows):
+    the rows go into a table of an in-memory DuckDB of their own, which can read nothing else (no
+    file or network access, its configuration locked, one thread, 256 MB), and the outer query
+    runs there. Post-processing: its input is the released values only. A selected column keeps
+    its half-width (through the row position `_dprow`), a computed one has none."""
+    import duckdb       # a base dependency; imported here, where only window queries pay for it
+    con = duckdb.connect(":memory:", config={"enable_external_access": False, "threads": 1,
+                                             "memory_limit": "256MB", "integer_division": True})
+    try:
+        con.execute("SET lock_configuration = true")
+        cols = list(zip(*table.rows)) if table.rows else [() for _ in w.columns]
+        types = [_duck_type(c) for c in cols]
+        decl = ", ".join(f'"{n}" {t}' for n, t in zip(w.columns, types))
+        con.execute(f"CREATE TABLE _released ({decl}, _dprow BIGINT)")
+        if table.rows:
+            def cell(v, t):
+                if v is None or t in ("BOOLEAN", "BIGINT", "DATE", "TIMESTAMP"):
+                    return v
+                return float(v) if t == "DOUBLE" else str(v)
+            con.executemany(f"INSERT INTO _released VALUES ({', '.join('?' * (len(types) + 1))})",
+                            [tuple(cell(v, t) for v, t in zip(r, types)) + (i,) for i, r in enumerate(table.rows)])
+        out = con.execute(w.sql).fetchall()
+    finally:
+        con.close()
+    rows, widths = [], []
+    for r in out:
+        values = r if w.distinct else r[:-1]
+        rows.append(tuple(values))
+        src = None if w.distinct else table.widths[r[-1]]
+        widths.append(tuple(src[e[1]] if src is not None and e[0] == "key" else None for _, e in w.outputs))
+    return Table([name for name, _ in w.outputs], rows, widths)
 
 
 def _order_and_cut(kept: list, order: Sequence[tuple[tuple, bool, bool]], limit: int | None, offset: int) -> list:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -33,6 +33,7 @@ from dpsql.analysis import distinct as distinct_counts
 from dpsql.analysis import quantiles as quantile_measures
 from dpsql.analysis import reconstruction
 from dpsql.analysis import sample_aggregate as sa
+from dpsql.analysis import windows
 from dpsql.analysis import sensitivity as sens
 from dpsql.analysis.bind import Catalog, _conjuncts, _resolve_in, bind, cast_in_bounds, exact_bounds
 from dpsql.analysis.expressions import Derived, Expressions
@@ -144,6 +145,9 @@ def analyze(tree: exp.Expression, policy: Policy, schema: Schema, settings: Sett
     keys that are public-table columns."""
     _refuse_statement_kind(tree)
     _refuse_qualified_names(tree)
+    window = None
+    if windows.has_windows(tree):          # post-processing of the released rows
+        tree, window = windows.split(tree, output_name)
     check_shape(tree)
     ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
     names = []
@@ -159,6 +163,8 @@ def analyze(tree: exp.Expression, policy: Policy, schema: Schema, settings: Sett
         names.append(name)
     protected = [n for n in names if _policy_table(policy, n) is not None]
     if not protected:
+        if window is not None:
+            raise QueryRejected("window functions over public tables", "not part of the accepted subset")
         return _public(tree, policy, schema, dialect)
     for name in names:
         if name not in protected:
@@ -172,7 +178,14 @@ def analyze(tree: exp.Expression, policy: Policy, schema: Schema, settings: Sett
         if name not in visible and name in schema.public:
             visible[name] = schema.public[name]
     norm = normalize(tree, visible)
-    return _Analysis(norm, tree, policy, schema, settings, dialect, domains).plan()
+    plan = _Analysis(norm, tree, policy, schema, settings, dialect, domains).plan()
+    if window is None:
+        return plan
+    if plan.wraps or plan.topk is not None:
+        raise QueryRejected("window functions over this query", "not part of the accepted subset")
+    wrap = windows.compile_wrap(window, [o.name for o in plan.outputs], _count_literal(window["limit"], "LIMIT"),
+                                _count_literal(window["offset"], "OFFSET") or 0)
+    return replace(plan, wraps=(wrap,), names=tuple(name for name, _ in wrap.outputs))
 
 
 def _refuse_qualified_names(tree: exp.Expression) -> None:
