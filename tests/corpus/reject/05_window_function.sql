@@ -1,3 +1,3 @@
--- title: Window functions compute on true values
--- expect: window functions (OVER)
-SELECT state, COUNT(*) OVER (PARTITION BY state) FROM people GROUP BY state
+-- title: Window functions over rows compute on true values (over an aggregate's released rows they are post-processing)
+-- expect: window functions over rows
+SELECT state, COUNT(*) OVER (PARTITION BY state) FROM people
