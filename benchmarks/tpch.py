@@ -45,7 +45,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import tpch_data  # noqa: E402
-from tpch_queries import QUERIES  # noqa: E402
+from tpch_queries import ADAPTED, QUERIES  # noqa: E402
 
 import dpsql  # noqa: E402
 from dpsql.engines.duckdb import LOCKED_CONFIG  # noqa: E402
@@ -198,7 +198,7 @@ def errors(sql: str, rows: list[tuple], truth: list[tuple]) -> list[float]:
     return out
 
 
-def run_query(q: int, sql: str, plain: Plain, exact, noisy, runs: int) -> dict[str, Any]:
+def run_query(q: str, sql: str, plain: Plain, exact, noisy, runs: int) -> dict[str, Any]:
     res: dict[str, Any] = {"q": q}
     unlimited, limit = _strip_limit(sql)
     try:
@@ -242,10 +242,18 @@ def run_query(q: int, sql: str, plain: Plain, exact, noisy, runs: int) -> dict[s
 
 # --- the whole benchmark -----------------------------------------------------------------------
 
+def workload(only: list[int] | None = None, *, adapted: bool = True) -> list[tuple[str, str]]:
+    """(label, SQL): Q1..Q22 as written, then Q<n>a, the adapted forms (tpch_queries.ADAPTED)."""
+    out = [(f"Q{q}", sql) for q, sql in QUERIES.items() if only is None or q in only]
+    if adapted:
+        out += [(f"Q{q}a", sql) for q, sql in ADAPTED.items() if only is None or q in only]
+    return out
+
+
 def run(db_path: str, engine: str, *, runs: int, workdir: str, pg_dsn: str | None = None,
-        queries: dict[int, str] | None = None, epsilon: float = 0.8,
+        queries: list[tuple[str, str]] | None = None, epsilon: float = 0.8,
         progress=None) -> list[dict[str, Any]]:
-    queries = queries or QUERIES
+    queries = queries if queries is not None else workload()
     target = db_path if engine == "duckdb" else pg_dsn
     pol_exact = tpch_data.policy(os.path.join(workdir, f"ledger_{engine}_exact.sqlite"))
     pol_noisy = tpch_data.policy(os.path.join(workdir, f"ledger_{engine}_noisy.sqlite"))
@@ -254,13 +262,13 @@ def run(db_path: str, engine: str, *, runs: int, workdir: str, pg_dsn: str | Non
     noisy = _dpsql(target, pol_noisy, epsilon)
     out = []
     try:
-        for q, sql in queries.items():
+        for q, sql in queries:
             t0 = time.perf_counter()
             r = run_query(q, sql, plain, exact, noisy, runs)
             r["engine"] = engine
             out.append(r)
             if progress:
-                progress(f"Q{q} {engine}: {r['status']} {r.get('verdict') or r.get('detail', '')} "
+                progress(f"{q} {engine}: {r['status']} {r.get('verdict') or r.get('detail', '')} "
                          f"({time.perf_counter() - t0:.1f} s)")
     finally:
         exact.close()
@@ -281,12 +289,12 @@ def table(results: list[dict[str, Any]]) -> str:
         status = r["status"]
         if status != "answered":
             detail = r.get("detail", "").replace("|", "\\|")
-            lines.append(f"| Q{r['q']} | {r['engine']} | {status} | {detail} | | | | |")
+            lines.append(f"| {r['q']} | {r['engine']} | {status} | {detail} | | | | |")
             continue
         err = "" if r.get("rel_error") is None else f"{r['rel_error']:.3g}"
         ratio = "" if not r.get("t_dpsql") else f"{r['t_dpsql'] / r['t_plain']:.1f}"
         verdict = r["verdict"].replace("|", "\\|")
-        lines.append(f"| Q{r['q']} | {r['engine']} | answered | {verdict} | {err} | {_fmt_t(r.get('t_dpsql'))} | "
+        lines.append(f"| {r['q']} | {r['engine']} | answered | {verdict} | {err} | {_fmt_t(r.get('t_dpsql'))} | "
                      f"{_fmt_t(r['t_plain'])} | {ratio} |")
     return "\n".join(lines)
 
@@ -294,12 +302,15 @@ def table(results: list[dict[str, Any]]) -> str:
 def summary(results: list[dict[str, Any]]) -> list[str]:
     out = []
     for engine in dict.fromkeys(r["engine"] for r in results):
-        rs = [r for r in results if r["engine"] == engine]
-        answered = sum(r["status"] == "answered" for r in rs)
-        wrong = sum(r["status"] == "answered" and not r["verdict"].startswith("right") for r in rs)
-        internal = sum(r["status"] == "internal error" for r in rs)
-        out.append(f"{engine}: answered as written: {answered} of {len(rs)}, wrong: {wrong}, "
-                   f"internal errors: {internal}")
+        for kind, rs in (("as written", [r for r in results if r["engine"] == engine and r["q"][-1] != "a"]),
+                         ("adapted", [r for r in results if r["engine"] == engine and r["q"][-1] == "a"])):
+            if not rs:
+                continue
+            answered = sum(r["status"] == "answered" for r in rs)
+            wrong = sum(r["status"] == "answered" and not r["verdict"].startswith("right") for r in rs)
+            internal = sum(r["status"] == "internal error" for r in rs)
+            out.append(f"{engine}: answered {kind}: {answered} of {len(rs)}, wrong: {wrong}, "
+                       f"internal errors: {internal}")
     return out
 
 
@@ -318,12 +329,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--queries", default="", help="comma-separated query numbers (default: all 22)")
+    ap.add_argument("--no-adapted", action="store_true", help="only the queries as written")
     ap.add_argument("--db", help="the DuckDB file (generated when absent; default: a temporary one)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=str(HERE / "results" / "tpch.md"))
     args = ap.parse_args(argv)
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    qs = {q: QUERIES[q] for q in map(int, args.queries.split(","))} if args.queries else QUERIES
+    only = [int(q) for q in args.queries.split(",")] if args.queries else None
+    qs = workload(only, adapted=not args.no_adapted)
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     with tempfile.TemporaryDirectory(prefix="dpsql_tpch_") as tmp:
         db = args.db or os.path.join(tmp, "tpch.duckdb")
