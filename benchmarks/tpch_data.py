@@ -215,12 +215,17 @@ def _dates(lo: _dt.date, hi: _dt.date) -> dict[str, Any]:
     return {"lower": lo, "upper": hi}
 
 
-def policy(ledger: str, *, budget: float = 1e12) -> dict[str, Any]:
+def policy(ledger: str, *, budget: float = 1e12, integral: bool = False) -> dict[str, Any]:
     """customer as the privacy unit: orders carry it (o_custkey), lineitem links to its order.
     nation, region, part, supplier and partsupp are public. Limits the generated data respect:
     a customer has at most MAX_ORDERS orders and MAX_ORDERS * MAX_LINES lines; rows in any one
-    group and groups are bounded by those counts (so bounding clips nothing)."""
+    group and groups are bounded by those counts (so bounding clips nothing).
+
+    integral: the fractional bounds (l_discount [0, 0.10], l_tax [0, 0.08], c_acctbal
+    [-999.99, 9999.99]) widened outwards to whole numbers ([0, 1], [0, 1], [-1000, 10000]):
+    still true of the data, looser, and clear of the fractional-bound defect."""
     k, kl = MAX_ORDERS, MAX_ORDERS * MAX_LINES
+    disc, tax, bal = ((0, 1), (0, 1), (-1000, 10000)) if integral else ((0, 0.10), (0, 0.08), (-999.99, 9999.99))
     return {
         "budget": {"epsilon": budget, "delta": 1e-3, "ledger": ledger, "accountant": "basic"},
         "defaults": {"epsilon": 0.8, "delta": 1e-6, "mechanism": "laplace", "min_epsilon": 0.001},
@@ -229,7 +234,7 @@ def policy(ledger: str, *, budget: float = 1e12) -> dict[str, Any]:
                 "privacy_unit": "c_custkey", "max_rows_per_unit": 1, "max_groups_per_unit": 1,
                 "columns": {
                     "c_name": {}, "c_address": {}, "c_nationkey": {}, "c_phone": {}, "c_comment": {},
-                    "c_acctbal": {"lower": -999.99, "upper": 9999.99},
+                    "c_acctbal": {"lower": bal[0], "upper": bal[1]},
                     "c_mktsegment": {"values": SEGMENTS},
                 },
             },
@@ -250,8 +255,8 @@ def policy(ledger: str, *, budget: float = 1e12) -> dict[str, Any]:
                     "l_partkey": {}, "l_suppkey": {}, "l_linenumber": {"lower": 1, "upper": MAX_LINES},
                     "l_quantity": {"lower": 1, "upper": 50},
                     "l_extendedprice": {"lower": EXTENDEDPRICE[0], "upper": EXTENDEDPRICE[1]},
-                    "l_discount": {"lower": 0, "upper": 0.10},
-                    "l_tax": {"lower": 0, "upper": 0.08},
+                    "l_discount": {"lower": disc[0], "upper": disc[1]},
+                    "l_tax": {"lower": tax[0], "upper": tax[1]},
                     "l_returnflag": {"values": RETURNFLAGS},
                     "l_linestatus": {"values": LINESTATUS},
                     "l_shipdate": _dates(_dt.date(1992, 1, 2), _dt.date(1998, 12, 1)),
@@ -270,9 +275,9 @@ def policy(ledger: str, *, budget: float = 1e12) -> dict[str, Any]:
     }
 
 
-def supplier_policy(ledger: str, *, budget: float = 1e12) -> dict[str, Any]:
+def supplier_policy(ledger: str, *, budget: float = 1e12, integral: bool = False) -> dict[str, Any]:
     """supplier as the privacy unit (not used by the runner yet)."""
-    pol = policy(ledger, budget=budget)
+    pol = policy(ledger, budget=budget, integral=integral)
     li = pol["tables"]["lineitem"]
     del li["link"]
     li["privacy_unit"] = "l_suppkey"
