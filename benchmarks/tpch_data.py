@@ -103,6 +103,13 @@ def _retailprice(p: str) -> str:
     return f"CAST((90000 + (({p} // 10) % 20001) + 100 * ({p} % 1000)) / 100.0 AS DECIMAL(15,2))"
 
 
+def _supplier(p: str, i: str, s: int) -> str:
+    """The i-th (0..3) supplier of part p: dbgen's (p + i * (S/4 + (p-1)/S)) mod S + 1, with the
+    step kept below S/3 so the four are distinct at tiny S too (the same as dbgen's from SF 0.01)."""
+    span = max(1, (s - 1) // 3 - s // 4 + 1)
+    return f"CAST(({p} + {i} * ({s} // 4 + (({p} - 1) // {s}) % {span})) % {s} + 1 AS INTEGER)"
+
+
 def sizes(sf: float) -> dict[str, int]:
     return {"customer": max(3, round(150_000 * sf)), "part": max(4, round(200_000 * sf)),
             "supplier": max(4, round(10_000 * sf)), "clerks": max(1, round(1_000 * sf))}
@@ -152,8 +159,7 @@ def generate(path: str, sf: float, *, seed: int = 0, threads: int | None = None)
         "CREATE TABLE partsupp (ps_partkey INTEGER NOT NULL, ps_suppkey INTEGER NOT NULL, ps_availqty INTEGER "
         "NOT NULL, ps_supplycost DECIMAL(15,2) NOT NULL, ps_comment VARCHAR(199) NOT NULL, "
         "PRIMARY KEY (ps_partkey, ps_suppkey))",
-        # dbgen's supplier of a part: (p + i * (S/4 + (p-1)/S)) mod S + 1, i = 0..3.
-        f"INSERT INTO partsupp SELECT p, CAST((p + i * ({S} // 4 + (p - 1) // {S})) % {S} + 1 AS INTEGER), "
+        f"INSERT INTO partsupp SELECT p, {_supplier('p', 'i', S)}, "
         f"{_int(1, 9999, 'pa', 'p * 4 + i')}, {_cents(1, 1000, 'pcost', 'p * 4 + i')}, "
         f"{_text('pcm', 'p * 4 + i', 8, 199)} FROM range(1, {P + 1}) t(p), range(4) s(i)",
         "CREATE TABLE customer (c_custkey INTEGER PRIMARY KEY, c_name VARCHAR(25) NOT NULL, c_address VARCHAR(40) "
@@ -173,7 +179,7 @@ def generate(path: str, sf: float, *, seed: int = 0, threads: int | None = None)
         "l_linestatus CHAR(1) NOT NULL, l_shipdate DATE NOT NULL, l_commitdate DATE NOT NULL, "
         "l_receiptdate DATE NOT NULL, l_shipinstruct CHAR(25) NOT NULL, l_shipmode CHAR(10) NOT NULL, "
         "l_comment VARCHAR(44) NOT NULL)",
-        f"INSERT INTO lineitem SELECT o, p, CAST((p + i * ({S} // 4 + (p - 1) // {S})) % {S} + 1 AS INTEGER), "
+        f"INSERT INTO lineitem SELECT o, p, {_supplier('p', 'i', S)}, "
         f"ln, q, CAST(q * {_retailprice('p')} AS DECIMAL(15,2)), {_cents(0, 0.10, 'ld', 'k')}, "
         f"{_cents(0, 0.08, 'lt', 'k')}, CASE WHEN rd <= DATE '{CURRENT}' THEN CASE WHEN u('lr', k) < 0.5 THEN 'R' "
         f"ELSE 'A' END ELSE 'N' END, CASE WHEN sd > DATE '{CURRENT}' THEN 'O' ELSE 'F' END, sd, cd, rd, "
