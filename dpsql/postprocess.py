@@ -48,7 +48,7 @@ def evaluate(expr: tuple, env: Env, keys: Sequence[Any]) -> Any:
         return _var(env[s], env[q], env[c], lo, hi, sample, root)
     if op == "avgraw":      # an AVG before its clamp (unclamped(): accuracy only)
         _, s, c, lo, hi = expr
-        return (lo + hi) / 2 + env[s] / max(env[c], 1.0)
+        return None if env[c] < 0.5 else (lo + hi) / 2 + env[s] / max(env[c], 1.0)
     if op == "varraw":
         _, s, q, c, lo, hi, sample, root = expr
         return _var_raw(env[s], env[q], env[c], sample, root)
@@ -103,19 +103,25 @@ _CMP: dict[str, Callable[[Any, Any], bool]] = {
 }
 
 
-def _avg(s: float, c: float, lo: float, hi: float) -> float:
+def _avg(s: float, c: float, lo: float, hi: float) -> float | None:
     """mid + s/max(c, 1), clamped to [lo, hi]: post-processing of two noisy values
-    (s: the noisy sum of x - mid; c: the noisy count of non-NULL x)."""
+    (s: the noisy sum of x - mid; c: the noisy count of non-NULL x). NULL where the noisy count
+    is below 1/2 (it rounds to no row), as SQL's AVG of no rows is: an empty group of a public
+    domain gets NULL, not the midpoint of the range with a width that claims certainty."""
+    if c < 0.5:
+        return None
     mid = (lo + hi) / 2
     return min(hi, max(lo, mid + s / max(c, 1.0)))
 
 
-def _var(s: float, q: float, c: float, lo: float, hi: float, sample: bool, root: bool) -> float:
+def _var(s: float, q: float, c: float, lo: float, hi: float, sample: bool, root: bool) -> float | None:
     """Variance from three noisy sums over values clamped to [lo, hi]: with y = x - mid, the
     plug-in estimate q/n - (s/n)^2 (n = max(c, 1); sample: times n/(n - 1) when n > 1), clamped to
     [0, ((hi - lo)/2)^2], the largest variance of values in [lo, hi]; root: its square root.
     Post-processing of noisy values: it costs no privacy, and its error is the noise's effect,
     reported by half_width."""
+    if c < (1.5 if sample else 0.5):    # SQL: NULL over no rows (sample: over fewer than two)
+        return None
     n = max(c, 1.0)
     v = q / n - (s / n) ** 2
     if sample and n > 1:
@@ -124,9 +130,11 @@ def _var(s: float, q: float, c: float, lo: float, hi: float, sample: bool, root:
     return math.sqrt(v) if root else v
 
 
-def _var_raw(s: float, q: float, c: float, sample: bool, root: bool) -> float:
+def _var_raw(s: float, q: float, c: float, sample: bool, root: bool) -> float | None:
     """_var before its clamp; root: the signed square root (monotone, so a variance estimate
     below 0 gives a standard deviation estimate below 0, as far from the truth as it is)."""
+    if c < (1.5 if sample else 0.5):
+        return None
     n = max(c, 1.0)
     v = q / n - (s / n) ** 2
     if sample and n > 1:
@@ -214,6 +222,8 @@ def _interval(expr: tuple, env: Env, widths: Env, keys) -> tuple[float, float] |
                    for sv in (env[s] - widths[s], env[s] + widths[s]) + ((0.0,) if abs(env[s]) <= widths[s] else ())
                    for qv in (env[q] - widths[q], env[q] + widths[q])
                    for cv in (env[c] - widths[c], env[c] + widths[c])]
+        if any(c is None for c in corners):
+            return None
         return (min(corners), max(corners))
     if op == "var":
         _, s, q, c, lo, hi, sample, root = expr
@@ -222,6 +232,8 @@ def _interval(expr: tuple, env: Env, widths: Env, keys) -> tuple[float, float] |
             for qv in (env[q] - widths[q], env[q] + widths[q]):
                 for cv in (env[c] - widths[c], env[c] + widths[c]):
                     corners.append(_var(sv, qv, cv, lo, hi, sample, root))
+        if any(c is None for c in corners):         # the count's range reaches "no row"
+            return None
         return (min(corners), max(corners))
     if op == "clamp":
         iv = _interval(expr[1], env, widths, keys)
@@ -388,7 +400,9 @@ def _vector(expr: tuple, vec: Mapping[str, np.ndarray], keys: Sequence[Sequence[
         out = np.maximum(vec[c], 1.0)               # then in place: mid + s / max(c, 1), clipped
         np.divide(vec[s], out, out=out)
         np.add(mid, out, out=out)
-        return np.clip(out, lo, hi, out=out)
+        np.clip(out, lo, hi, out=out)
+        out[vec[c] < 0.5] = np.nan                  # undefined: no row (_avg)
+        return out
     if op == "var":
         _, s, q, c, lo, hi, sample, root = expr
         n = np.maximum(vec[c], 1.0)
@@ -396,18 +410,22 @@ def _vector(expr: tuple, vec: Mapping[str, np.ndarray], keys: Sequence[Sequence[
         if sample:
             v = np.where(n > 1, v * n / np.where(n > 1, n - 1, 1.0), v)
         v = np.clip(v, 0.0, ((hi - lo) / 2) ** 2)
+        v = np.where(vec[c] < (1.5 if sample else 0.5), np.nan, v)
         return np.sqrt(v) if root else v
     if op == "avgraw":
         _, s, c, lo, hi = expr
         out = np.maximum(vec[c], 1.0)
         np.divide(vec[s], out, out=out)
-        return np.add((lo + hi) / 2, out, out=out)
+        np.add((lo + hi) / 2, out, out=out)
+        out[vec[c] < 0.5] = np.nan
+        return out
     if op == "varraw":
         _, s, q, c, lo, hi, sample, root = expr
         n = np.maximum(vec[c], 1.0)
         v = vec[q] / n - (vec[s] / n) ** 2
         if sample:
             v = np.where(n > 1, v * n / np.where(n > 1, n - 1, 1.0), v)
+        v = np.where(vec[c] < (1.5 if sample else 0.5), np.nan, v)
         return np.copysign(np.sqrt(np.abs(v)), v) if root else v
     if op == "clamp":       # a sample-and-aggregate mean, kept in its output range
         return np.clip(_vector(expr[1], vec, keys), expr[2], expr[3])

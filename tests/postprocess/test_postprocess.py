@@ -29,8 +29,14 @@ def test_evaluate(expr, value):
 
 
 def test_avg_is_clamped_and_safe_with_tiny_counts():
-    env = {"s": 5000.0, "c": 0.2}
+    env = {"s": 5000.0, "c": 0.6}
     assert evaluate(("avg", "s", "c", 0.0, 100.0), env, ()) == 100.0   # clamped to the upper bound
+    env = {"s": 5000.0, "c": 0.2}       # the noisy count rounds to no row: NULL, as AVG of no rows
+    assert evaluate(("avg", "s", "c", 0.0, 100.0), env, ()) is None
+    assert evaluate(("var", "s", "s", "c", 0.0, 100.0, False, False), env, ()) is None
+    env = {"s": 5000.0, "c": 1.2}       # a sample variance of one row is NULL too
+    assert evaluate(("var", "s", "s", "c", 0.0, 100.0, True, True), env, ()) is None
+    assert evaluate(("var", "s", "s", "c", 0.0, 100.0, False, True), env, ()) is not None
     env = {"s": -10.0, "c": 10.0}
     assert evaluate(("avg", "s", "c", 0.0, 100.0), env, ()) == pytest.approx(49.0)
 
