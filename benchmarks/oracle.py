@@ -80,6 +80,7 @@ def render(tally: run.Tally, *, queries: int, seed: int, seconds: float, example
         f"| accepted on every engine | {tally.accepted} |",
         f"| refused (query x engine) | {refused} ({100 * refused / max(1, tally.generated * n_engines):.1f}%) |",
         f"| distinct shapes | {len(tally.shapes)} |",
+        f"| largest move without one unit / charged Linf | {tally.sensitivity.get('ratio', 0.0):.3f} |",
     ]
     for o in run.ORACLES:
         checked = "" if o == "error" else f" of {tally.checked[o]} checks"

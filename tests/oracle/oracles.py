@@ -230,7 +230,9 @@ def measures(case: Case, plan) -> dict[int, tuple[float, float]]:
     return out
 
 
-def check_sensitivity(case: Case, base: Release, neighbour: Release, engine: str, unit: int) -> list[Mismatch]:
+def check_sensitivity(case: Case, base: Release, neighbour: Release, engine: str, unit: int,
+                      stats: dict | None = None) -> list[Mismatch]:
+    """stats["ratio"]: the largest move / Linf seen (how close the data comes to the charge)."""
     if neighbour.status != "ok":
         return [Mismatch("sensitivity", engine, case.sql, f"without unit {unit}: {neighbour.status} {neighbour.reason}")]
     out = []
@@ -244,6 +246,8 @@ def check_sensitivity(case: Case, base: Release, neighbour: Release, engine: str
             vb, hb = (float(b[k][0][i] or 0), b[k][1][i] or 0) if k in b else (0.0, 0.0)
             d, s = abs(va - vb), K * (ha + hb) + REL * max(abs(va), abs(vb))
             total, slack = total + d, slack + s
+            if stats is not None and linf > 0:
+                stats["ratio"] = max(stats.get("ratio", 0.0), d / linf)
             if d > linf + s + 1e-9:
                 out.append(Mismatch("sensitivity", engine, case.sql,
                                     f"without unit {unit}: group {k} output v{i} moved {d} > charged Linf {linf}"))

@@ -27,6 +27,7 @@ class Tally:
     checked: Counter = field(default_factory=Counter)        # oracle -> checks run
     mismatches: dict = field(default_factory=lambda: {o: [] for o in ORACLES})
     engines: list = field(default_factory=list)
+    sensitivity: dict = field(default_factory=dict)          # ratio: the largest move / charged Linf
 
     def add(self, found: list[Mismatch]) -> None:
         for m in found:
@@ -119,7 +120,8 @@ def run_cases(seeds, targets: dict[str, Target], near: dict[int, Target], tally:
                 oracles.measures(case, base.plan):
             for u, t in near.items():
                 tally.checked["sensitivity"] += 1
-                tally.add(oracles.check_sensitivity(case, base, t.release(case.sql), "duckdb", u))
+                tally.add(oracles.check_sensitivity(case, base, t.release(case.sql), "duckdb", u,
+                                                    tally.sensitivity))
 
 
 def run_pairs(seeds, targets: dict[str, Target], tally: Tally) -> None:
@@ -142,6 +144,8 @@ def summary(tally: Tally) -> str:
              f"{sum(tally.refused.values())} refusals, {len(tally.shapes)} distinct shapes "
              f"(shape = the set of features: FROM form, aggregates, expression forms, key forms, clauses)"]
     lines.append("checks run: " + ", ".join(f"{o} {tally.checked[o]}" for o in ORACLES if o != "error"))
+    lines.append(f"largest move of a measure without one unit / its charged Linf: "
+                 f"{tally.sensitivity.get('ratio', 0.0):.3f}")
     lines.append("mismatches: " + ", ".join(f"{o} {len(tally.mismatches[o])}" for o in ORACLES))
     for reason, n in tally.refused.most_common(5):
         lines.append(f"  refused x{n}: {reason}")
