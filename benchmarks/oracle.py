@@ -34,7 +34,8 @@ OUT = ROOT / "benchmarks" / "results" / "oracle.md"
 
 
 def run_oracle(queries: int, seed: int, engines: list[str], directory: Path, *, pairs: int | None = None,
-               postgres: str | None = None, data_seed: int | None = None, log=print) -> run.Tally:
+               postgres: str | None = None, data_seed: int | None = None, sensitivity_every: int = 1,
+               log=print) -> run.Tally:
     """Every oracle over `queries` generated queries (and `pairs` metamorphic pairs)."""
     pairs = max(1, queries // 10) if pairs is None else pairs
     base = seed * 1_000_000
@@ -45,7 +46,8 @@ def run_oracle(queries: int, seed: int, engines: list[str], directory: Path, *, 
             tally.engines = engines
             step = 250
             for start in range(0, queries, step):
-                run.run_cases(range(base + start, base + min(queries, start + step)), targets, near, tally)
+                run.run_cases(range(base + start, base + min(queries, start + step)), targets, near, tally,
+                              sensitivity_every=sensitivity_every)
                 log(f"  {min(queries, start + step)}/{queries} queries, "
                     f"{sum(len(v) for v in tally.mismatches.values())} mismatches")
             run.run_pairs(range(base + 900_000, base + 900_000 + pairs), targets, tally)
@@ -62,13 +64,14 @@ def mismatch_class(m: Mismatch) -> str:
     return f"{m.oracle}: {d[:110]}"
 
 
-def render(tally: run.Tally, *, queries: int, seed: int, seconds: float, examples: int = 3) -> str:
+def render(tally: run.Tally, *, queries: int, seed: int, seconds: float, examples: int = 3, extra: str = "") -> str:
     n_engines = max(1, len(tally.engines))
     refused = sum(tally.refused.values())
     lines = [
         "# dpsql differential-correctness oracle",
         "",
-        f"`python benchmarks/oracle.py --queries {queries} --seed {seed} --engines {','.join(tally.engines)}`: "
+        f"`python benchmarks/oracle.py --queries {queries} --seed {seed} --engines {','.join(tally.engines)}"
+        f"{extra}`: "
         f"{seconds:.0f} s on {platform.machine()} ({os.cpu_count()} cores shared), Python "
         f"{platform.python_version()}. Epsilon 1e9 per query on data bounding leaves alone "
         "(tests/oracle/schema.py); oracles in tests/oracle/oracles.py.",
@@ -116,14 +119,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=None, help="metamorphic pairs (default queries/10)")
     ap.add_argument("--postgres", default=os.environ.get("DPSQL_TEST_POSTGRES",
                                                           "postgresql://postgres@127.0.0.1:5432/test"))
+    ap.add_argument("--sensitivity-every", type=int, default=1,
+                    help="the sensitivity oracle on every n-th query (it runs each query twice more)")
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args(argv)
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dpsql_oracle_") as tmp:
         tally = run_oracle(args.queries, args.seed, engines, Path(tmp), pairs=args.pairs,
-                           postgres=args.postgres if "postgres" in engines else None)
-    md = render(tally, queries=args.queries, seed=args.seed, seconds=time.monotonic() - start)
+                           postgres=args.postgres if "postgres" in engines else None,
+                           sensitivity_every=args.sensitivity_every)
+    md = render(tally, queries=args.queries, seed=args.seed, seconds=time.monotonic() - start,
+                extra=f" --sensitivity-every {args.sensitivity_every}" if args.sensitivity_every != 1 else "")
     print(md)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(md)

@@ -120,3 +120,27 @@ def test_generator_is_reproducible_by_seed():
     assert [generator.case(s) for s in range(20)] == [generator.case(s) for s in range(20)]
     assert generator.pair(5) == generator.pair(5)
     assert len({generator.case(s).sql for s in range(50)}) == 50
+
+
+def test_noisy_cells_never_claim_a_zero_half_width(tmp_path):
+    """At a modest epsilon, AVG over small groups is often clamped to its bounds; a clamped noisy
+    value is still uncertain, so its 95% half-width must stay positive (the value oracle's width
+    check, where noise is large enough to reach the clamp). Seeded noise: reproducible."""
+    import dpsql
+    from dpsql.noise.rng import SeededRng
+
+    from tests.oracle import schema
+    path = schema.write_duckdb(tmp_path / "widths.duckdb", schema.generate(DATA_SEED))
+    conn = dpsql.connect(path, policy=schema.policy(str(tmp_path / "ledger.sqlite")), analyst="w", rng=SeededRng(11))
+    zero = []
+    try:
+        cur = conn.cursor()
+        cur.execute("SET dpsql.epsilon = 2")
+        for i in range(20):
+            sql = (f"SELECT c.c_nationkey, AVG(c.c_age) AS a, AVG(c.c_score) AS s FROM customer c "
+                   f"WHERE c.c_score > {i % 5}.5 AND c.c_age > {18 + i} GROUP BY c.c_nationkey")
+            cur.execute(sql)
+            zero += [(sql, row, w) for row, w in zip(cur.fetchall(), cur.half_widths) if not all(h > 0 for h in w[1:])]
+    finally:
+        conn.close()
+    assert not zero, f"{len(zero)} rows claim a zero half-width, e.g. {zero[:3]}"
