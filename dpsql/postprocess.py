@@ -116,17 +116,17 @@ def _avg(s: float, c: float, lo: float, hi: float) -> float | None:
 
 def _var(s: float, q: float, c: float, lo: float, hi: float, sample: bool, root: bool) -> float | None:
     """Variance from three noisy sums over values clamped to [lo, hi]: with y = x - mid, the
-    plug-in estimate q/n - (s/n)^2 (n = max(c, 1); sample: times n/(n - 1) when n > 1), clamped to
-    [0, ((hi - lo)/2)^2], the largest variance of values in [lo, hi]; root: its square root.
+    plug-in estimate q/n - (s/n)^2 (n = max(c, 1)), clamped to [0, ((hi - lo)/2)^2], the largest
+    population variance of values in [lo, hi], then (sample) times n/(n - 1) when n > 1 (a sample
+    variance reaches that much more: 0 and 20 have sample variance 200); root: its square root.
     Post-processing of noisy values: it costs no privacy, and its error is the noise's effect,
     reported by half_width."""
     if c < (1.5 if sample else 0.5):    # SQL: NULL over no rows (sample: over fewer than two)
         return None
     n = max(c, 1.0)
-    v = q / n - (s / n) ** 2
-    if sample and n > 1:
+    v = min(max(q / n - (s / n) ** 2, 0.0), ((hi - lo) / 2) ** 2)
+    if sample and n > 1:    # after the clamp: a sample variance reaches n/(n-1) of the population's bound
         v *= n / (n - 1)
-    v = min(max(v, 0.0), ((hi - lo) / 2) ** 2)
     return math.sqrt(v) if root else v
 
 
@@ -171,8 +171,8 @@ def _range_width(expr: tuple) -> float:
         return float(expr[4] - expr[3])
     if op == "clamp":
         return float(expr[3] - expr[2])
-    if op == "var":
-        h2 = ((expr[5] - expr[4]) / 2) ** 2
+    if op == "var":         # a sample variance of n >= 2 values: at most n/(n-1) <= 2 times h^2
+        h2 = ((expr[5] - expr[4]) / 2) ** 2 * (2 if expr[6] else 1)
         return float(math.sqrt(h2) if expr[7] else h2)
     return math.inf
 
@@ -182,12 +182,13 @@ def half_width(expr: tuple, env: Env, widths: Env, keys: Sequence[Any]) -> float
     if evaluate(expr, env, keys) is None:
         return None
     cap, expr = _range_width(expr), unclamped(expr)      # as in _simulate
+    fallback = cap if math.isfinite(cap) else None
     iv = _interval(expr, env, widths, keys)
     if iv is None:
-        return None
+        return fallback
     v = evaluate(expr, env, keys)
     if v is None or isinstance(v, (str, bool)):
-        return None
+        return fallback
     lo, hi = iv
     w = min(max(hi - float(v), float(v) - lo, 0.0), cap)
     return w if math.isfinite(w) else None
@@ -365,7 +366,9 @@ def _simulate(expr: tuple, envs: Sequence[Env], draws: Mapping[str, np.ndarray],
     k = math.ceil(0.95 * (n - 1))                  # numpy's "higher" 95% quantile
     dist.partition(k, axis=1)
     w = dist[:, k]
-    return [min(float(x), cap) if ok and math.isfinite(x) else None for x, ok in zip(w, numeric)]
+    # undefined or unbounded draws: the clamp's range still holds the value and the truth
+    fallback = cap if math.isfinite(cap) else None
+    return [(min(float(x), cap) if math.isfinite(x) else fallback) if ok else None for x, ok in zip(w, numeric)]
 
 
 class _NotVector(Exception):
@@ -406,10 +409,9 @@ def _vector(expr: tuple, vec: Mapping[str, np.ndarray], keys: Sequence[Sequence[
     if op == "var":
         _, s, q, c, lo, hi, sample, root = expr
         n = np.maximum(vec[c], 1.0)
-        v = vec[q] / n - (vec[s] / n) ** 2
+        v = np.clip(vec[q] / n - (vec[s] / n) ** 2, 0.0, ((hi - lo) / 2) ** 2)
         if sample:
             v = np.where(n > 1, v * n / np.where(n > 1, n - 1, 1.0), v)
-        v = np.clip(v, 0.0, ((hi - lo) / 2) ** 2)
         v = np.where(vec[c] < (1.5 if sample else 0.5), np.nan, v)
         return np.sqrt(v) if root else v
     if op == "avgraw":

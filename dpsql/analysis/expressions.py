@@ -64,6 +64,8 @@ class Derived:
     refs: frozenset[ColRef] = frozenset()
     column: tuple[ColRef, ColumnInfo] | None = None
     span: tuple[_dt.date, _dt.date] | None = None    # a date's or timestamp's range (declared, or derived)
+    floating: bool = False      # PostgreSQL would type it double precision (a float column or cast in it),
+                                # not numeric: ROUND(x, n) does not exist for it there
 
     @property
     def bounded(self) -> bool:
@@ -94,6 +96,12 @@ def _operand(sql: exp.Expression) -> exp.Expression:
     if isinstance(sql, (exp.Binary, exp.Unary)) and not isinstance(sql, exp.Paren):
         return exp.Paren(this=sql)
     return sql
+
+
+def _float_type(sql_type: str) -> bool:
+    """A double precision or real column (PostgreSQL's float types; DuckDB's DOUBLE, FLOAT)."""
+    t = sql_type.upper()
+    return t.startswith(("DOUBLE", "FLOAT", "REAL")) or t in ("FLOAT4", "FLOAT8")
 
 
 def _literal_number(node: exp.Expression) -> Fraction | None:
@@ -200,7 +208,7 @@ class Expressions:
             real = self.dialect.real
             sql = exp.Cast(this=clamped, to=exp.DataType.build("BIGINT" if whole else real))
             return Derived(sql, "num", "BIGINT" if whole else real, lo, hi, whole, refs=frozenset({ref}),
-                           column=(ref, info))
+                           column=(ref, info), floating=_float_type(info.sql_type))
         kind = {"text": "text", "bool": "bool", "date": "date", "timestamp": "timestamp"}.get(fam, "other")
         if kind == "date" and info.span is not None and date_bounds_problem(info.policy, info.sql_type) is None:
             lo, hi = info.span
@@ -249,7 +257,8 @@ class Expressions:
             raise QueryRejected("this arithmetic", "its result could grow beyond what the engine computes "
                                 "without overflow", "use smaller factors, or narrower declared bounds")
         refs = frozenset().union(*(p.refs for p in parts))
-        return Derived(sql, "num", "BIGINT" if integral else self.dialect.real, lo, hi, integral, None, refs)
+        return Derived(sql, "num", "BIGINT" if integral else self.dialect.real, lo, hi, integral, None, refs,
+                       floating=any(p.floating for p in parts))
 
     def _binary(self, node: exp.Expression) -> Derived:
         a, b = self._num(node.this), self._num(node.expression)
@@ -334,13 +343,23 @@ class Expressions:
         if len(parts) == 1:         # LEAST(x) is x (Spark's LEAST and GREATEST take two or more)
             return parts[0]
         integral = all(p.integral for p in parts)
-        pick = min if isinstance(node, exp.Least) else max
-        lo, hi = pick(p.lo for p in parts), pick(p.hi for p in parts)
-        sql = type(node)(this=self._as(parts[0], integral), expressions=[self._as(p, integral) for p in parts[1:]])
+        least = isinstance(node, exp.Least)
+        pick = min if least else max
+        # PostgreSQL's LEAST/GREATEST skip NULL arguments (NULL only when all are): with a column
+        # that may be NULL, the result can be any one argument's value, so the range is the union
+        # of theirs on the side the NULL opens (GREATEST(x, 0) is 0 where x is NULL)
+        nullable = any(p.refs for p in parts)
+        lo = min(p.lo for p in parts) if least or nullable else max(p.lo for p in parts)
+        hi = max(p.hi for p in parts) if not least or nullable else min(p.hi for p in parts)
+        sql = type(node)(this=self._as(parts[0], integral), expressions=[self._as(p, integral) for p in parts[1:]],
+                         ignore_nulls=True)     # the same on every engine (sqlglot writes each one's form)
         out = self._arith(sql, lo, hi, integral, *parts)
-        if all(p.domain is not None for p in parts) and math.prod(len(p.domain) for p in parts) <= MAX_DOMAIN:
+        if all(p.domain is not None for p in parts) and math.prod(len(p.domain) + 1 for p in parts) <= MAX_DOMAIN:
             import itertools
-            out = _with_domain(out, {pick(c) for c in itertools.product(*[p.domain for p in parts])})
+            choices = [list(p.domain) + ([None] if p.refs else []) for p in parts]
+            values = {pick(v for v in c if v is not None) for c in itertools.product(*choices)
+                      if any(v is not None for v in c)}
+            out = _with_domain(out, values)
         return out
 
     def _rounding(self, node: exp.Expression) -> Derived:
@@ -349,11 +368,14 @@ class Expressions:
         n = _literal_number(places) if places is not None else Fraction(0)
         if n is None or n.denominator != 1 or not 0 <= n <= 10:
             raise QueryRejected(f"{node.sql_name()} with these places", "give a whole number of places from 0 to 10")
+        if isinstance(node, exp.Round) and places is not None and a.floating:
+            raise QueryRejected("ROUND(double precision, places)", "PostgreSQL has ROUND with places for numeric "
+                                "only", "cast the value to numeric first: ROUND(CAST(x AS numeric), 2)")
         if a.integral:
             return a
         x = a.sql
         if isinstance(node, exp.Round):
-            sql = exp.Round(this=x, decimals=exp.Literal.number(int(n))) if n else exp.Round(this=x)
+            sql = self._round(a, int(n))
         else:
             sql = type(node)(this=x)
         step = Fraction(1, 10 ** int(n))
@@ -368,6 +390,36 @@ class Expressions:
         if hi - lo < MAX_DOMAIN:
             out = _with_domain(out, set(range(int(lo), int(hi) + 1)))
         return out
+
+    def _round(self, a: Derived, n: int) -> exp.Expression:
+        """ROUND(a, n) as PostgreSQL computes it, the same on every engine. numeric: half away
+        from zero, of the decimal value; double precision (n = 0 only): half to even (rint).
+
+        The engine holds a's value as a double, the nearest one to the decimal PostgreSQL would
+        hold, so y = a * 10^n may sit an ulp or two below a tie that is exact in decimal (12.45
+        is 12.4499999999999993 as a double) and an engine's ROUND(y) would go down. A tie is
+        therefore recognised within 4 ulps (|y| * (1 + 2^-50)): data written as decimals of up to
+        15 digits round as their decimals do; a double that is truly that close below a tie (not
+        a decimal's nearest) would round up instead. Every step is total on the checked range."""
+        x = self._as(a, False)
+        y = x if n == 0 else exp.Paren(this=exp.Mul(this=x, expression=_number_sql(Fraction(10 ** n))))
+        if a.floating:          # rint: a tie goes to the even neighbour; 2 * ROUND(y / 2) is never a tie
+            tie = exp.EQ(this=exp.Sub(this=y.copy(), expression=exp.Floor(this=y.copy())),
+                         expression=_number_sql(Fraction(1, 2)))
+            half = exp.Div(this=y.copy(), expression=_number_sql(Fraction(2)), typed=True)
+            return exp.Case(ifs=[exp.If(this=tie, true=exp.Mul(this=_number_sql(Fraction(2)),
+                                                                 expression=exp.Round(this=half)))],
+                            default=exp.Round(this=y.copy()))
+        self._arith(exp.Null(), a.lo * 10 ** n, a.hi * 10 ** n, False, a)     # y's range
+        if self.dialect.real != "DOUBLE":       # exact numeric (PostgreSQL): its ROUND is the rule itself
+            return exp.Round(this=x, decimals=exp.Literal.number(n)) if n else exp.Round(this=x)
+        nudge = exp.Cast(this=exp.Literal.number(repr(1 + 2 ** -50)), to=exp.DataType.build(self.dialect.real))
+        nudged = exp.Mul(this=exp.Abs(this=y.copy()), expression=nudge)
+        away = exp.Mul(this=exp.Sign(this=y.copy()),
+                       expression=exp.Floor(this=exp.Add(this=nudged, expression=_number_sql(Fraction(1, 2)))))
+        if n == 0:
+            return away
+        return exp.Div(this=exp.Paren(this=away), expression=_number_sql(Fraction(10 ** n)), typed=True)
 
     def _width_bucket(self, node: exp.WidthBucket) -> Derived:
         """WIDTH_BUCKET(x, low, high, n) with literal low < high and 1 <= n <= 10,000, as PostgreSQL
@@ -420,7 +472,8 @@ class Expressions:
             parts.append(self.derive(default))
         out = self._union(exp.Case(ifs=ifs, default=parts[-1].sql if default is not None else None), parts)
         refs = frozenset().union(*(p.refs for p in parts), _refs(node, self.resolve))
-        return Derived(out.sql, out.kind, out.sql_type, out.lo, out.hi, out.integral, out.domain, refs)
+        return Derived(out.sql, out.kind, out.sql_type, out.lo, out.hi, out.integral, out.domain, refs,
+                       floating=out.floating)
 
     def _union(self, sql: exp.Expression, parts: list[Derived], nullable_last: bool = False) -> Derived:
         """CASE branches or COALESCE arguments: the union of their ranges and domains, one kind."""
@@ -447,7 +500,7 @@ class Expressions:
                 else:
                     sql = exp.Coalesce(this=self._as(real[0], False), expressions=[self._as(p, False) for p in real[1:]])
             out = self._arith(sql, lo, hi, integral, *real)
-            return Derived(out.sql, "num", out.sql_type, lo, hi, integral, domain, refs)
+            return Derived(out.sql, "num", out.sql_type, lo, hi, integral, domain, refs, floating=out.floating)
         sql_type = next((p.sql_type for p in parts if p.kind == kind), "VARCHAR")
         return Derived(sql, kind, sql_type if kind != "text" else "VARCHAR", domain=domain, refs=refs)
 
@@ -460,7 +513,8 @@ class Expressions:
                     raise QueryRejected("CAST of a fraction to an integer", "engines round it differently",
                                         "use ROUND, FLOOR or CEIL")
                 return a
-            return Derived(self._as(a, False), "num", self.dialect.real, a.lo, a.hi, False, a.domain, a.refs)
+            return Derived(self._as(a, False), "num", self.dialect.real, a.lo, a.hi, False, a.domain, a.refs,
+                           floating=to.is_type(exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT))
         raise QueryRejected("CAST", "a cast can fail on some rows, and the error would reveal them")
 
 

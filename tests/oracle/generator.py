@@ -131,7 +131,9 @@ def _numeric(rng: random.Random, aliases, feats: set) -> str:
         return f"CAST({x} AS DOUBLE PRECISION)"
     if r < 0.53:
         feats.add("expr:func")
-        return rng.choice([f"ABS({x})", f"ROUND({x}, 1)", f"GREATEST({x}, 0)", f"LEAST({x}, 10)"])
+        # ROUND(x, n) exists for numeric only in PostgreSQL (x may be double precision here)
+        return rng.choice([f"ABS({x})", f"ROUND(CAST({x} AS numeric), 1)", f"ROUND(CAST({x} AS numeric))", f"GREATEST({x}, 0)",
+                           f"LEAST({x}, 10)"])
     if r < 0.58:
         dates = [f"{a}.{c}" for a in aliases for c, k in COLS[a] if k == "d"]
         if dates:
