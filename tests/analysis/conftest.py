@@ -61,6 +61,8 @@ REGIONS = (("CA", "West"), ("NY", "East"), ("TX", "South"))        # the public 
 TABLE_TERMINALS: dict[str, tuple[str, ...]] = {
     "TABLE": ("people", "visits", "notes", "staff", "staff_raw"),
     "PUBLIC_TABLE": ("regions",),
+    "SCHEMA": ("main",),
+    "CATALOG": ("people",),
 }
 
 
@@ -136,7 +138,8 @@ SCHEMA = Schema(columns={"people": COLUMN_TYPES["people"], "staff": COLUMN_TYPES
                          "visits": COLUMN_TYPES["visits"], "notes": COLUMN_TYPES["notes"]},
                 unique_units=frozenset(), base_tables=frozenset(COLUMN_TYPES),
                 views=frozenset({"people_view"}), facts={t: _facts(t) for t in COLUMN_TYPES},
-                public={"regions": COLUMN_TYPES["regions"]})
+                public={"regions": COLUMN_TYPES["regions"]},
+                namespace=("main", "people"))      # DuckDB's, for the corpus's people.duckdb
 SETTINGS = Settings(epsilon=1.0, delta=1e-6, mechanism="laplace")
 
 
@@ -169,7 +172,8 @@ def grammar_for(terminals: dict[str, tuple[str, ...]] = TABLE_TERMINALS) -> str:
     lines = [text, ""]
     for name, values in terminals.items():
         words = "|".join(re.escape(v) for v in sorted(values, key=len, reverse=True))
-        lines.append(f"%override {name}: /\\b(?:{words})\\b/i")
+        quoted = "|".join(re.escape(f'"{v}"') for v in values)    # or double-quoted, exactly (`"main"."people"`)
+        lines.append(f'%override {name}: /(?<![\\w"])(?:{words}|(?-i:{quoted}))(?![\\w"])/i')
     return "\n".join(lines) + "\n"
 
 
@@ -241,6 +245,8 @@ def _class_names() -> dict[str, tuple[str, ...]]:
 NAMES: dict[str, tuple[str, ...]] = _class_names() | {
     "TABLE": ("people", "visits", "notes", "people", "visits", "staff", "staff_raw"),
     "PUBLIC_TABLE": ("regions",),
+    "SCHEMA": ("main",),
+    "CATALOG": ("people",),
     "CTE_NAME": ("w", "adults"),
     "TABLE_ALIAS": ("p", "t", "v"),
     "QUALIFIER": ("p", "t", "v", "people", "visits"),
@@ -730,9 +736,14 @@ class _Walk(Values):
         avoid = avoid | self.avoid
         if node.data == "table_ref":
             # the name and alias are rewritten once, at the end (table_text [AS alias])
-            name_tok = node.children[0]
+            name_tok = self.toks(node)[0]
+            prefix = next(iter(self.trees(node, "schema_prefix")), None)
             alias_tok = next(iter(self.toks(node, "TABLE_ALIAS")), None)
             name = ident(name_tok.value)
+            if prefix is not None and (name in env or (POLICY.table(name) is not None
+                                                       and (POLICY.table(name).source or name) != name)):
+                self.bad(f"N5: {name_tok.value} qualified by a schema is a CTE or not the table's engine name")
+                self.replace(prefix, "")
             alias = ident(alias_tok.value) if alias_tok is not None else name
             table_text = None                       # a new table name, if the name is replaced
             if name not in env and POLICY.table(name) is None and name not in TABLE_TERMINALS["TABLE"] \
@@ -995,12 +1006,19 @@ class _Walk(Values):
         scope, returned as ("outer", item, column)); None if it names nothing."""
         toks = self.toks(colnode)
         name = ident(toks[-1].value)
-        qual = ident(toks[0].value) if len(toks) == 3 else None
+        qual = ident(toks[-3].value) if len(toks) >= 3 else None
         for sc, is_outer in ((scope, False), (scope.parent, True)):
             if sc is None or (is_outer and not outer):
                 break
             if qual is not None:
                 found = [i for i in sc.items if i.alias == qual]
+                if found and len(toks) == 5 and not (found[0].rel.kind in ("protected", "public")
+                                                     and found[0].rel.table == qual
+                                                     and (POLICY.table(qual) is None or POLICY.table(qual).source
+                                                          in (None, qual))):
+                    self.bad(f"N5: {qual}.{name} qualified by a schema, and {qual} is not a table's implicit alias")
+                    self.replace(toks[0], "")
+                    self.replace(toks[1], "")
                 if found:
                     cols = found[0].named(name)
                     if len(cols) != 1:
@@ -1897,7 +1915,7 @@ class _Walk(Values):
         def output(colnode: Tree) -> str:
             toks = self.toks(colnode)
             name = ident(toks[-1].value)
-            qual = ident(toks[0].value) if len(toks) == 3 else None
+            qual = ident(toks[0].value) if len(toks) == 3 else None if len(toks) == 1 else "."  # (N5: no schema)
             names = [o.name for o in inner]
             if (qual is None or qual == alias) and names.count(name) == 1:
                 return name
@@ -1939,7 +1957,7 @@ class _Walk(Values):
                 else:
                     toks = self.toks(first)
                     name = ident(toks[-1].value)
-                    qual = ident(toks[0].value) if len(toks) == 3 else None
+                    qual = ident(toks[0].value) if len(toks) == 3 else None if len(toks) == 1 else "."
                     mine = [o for o in outputs if o.name == name] if qual is None else []
                     names = [o.name for o in inner]
                     valid = kept(mine[0]) if mine else (qual in (None, alias) and names.count(name) == 1)

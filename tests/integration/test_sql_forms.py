@@ -1,0 +1,125 @@
+"""SQL as TPC-H, BI tools and analysts write it, answered on DuckDB and PostgreSQL with the same
+guarantees as its plain form: schema-qualified names, comma joins with their conditions in WHERE,
+constant date arithmetic. Each answer at a huge epsilon is compared with the engine's own answer
+to the bounded query (tests/integration/test_joins.py's _truth and _close); each refusal names the
+construct as written.
+
+The database has, beside the usual tables, a schema `other` holding a table `people` of its own
+(ten rows): a name the protected table shares, which dpsql must neither read as the protected
+table nor as a public one.
+"""
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+from dpsql.errors import QueryRejected
+from tests.conftest import copy_to_postgres, make_people_db, postgres_database
+from tests.integration.test_joins import EPS, _close, _truth, connect  # noqa: F401  (connect: a fixture)
+
+
+@pytest.fixture(scope="module")
+def forms_db(tmp_path_factory) -> str:
+    path = make_people_db(str(tmp_path_factory.mktemp("forms") / "people.duckdb"))
+    con = duckdb.connect(path)
+    con.execute("CREATE SCHEMA other")
+    con.execute("CREATE TABLE other.people AS SELECT * FROM main.people ORDER BY person_id LIMIT 10")
+    con.execute("CREATE TABLE other.regions AS SELECT * FROM main.regions")
+    con.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def forms_pg(request, forms_db) -> str:
+    server = request.getfixturevalue("postgres_server")
+    import psycopg
+    with postgres_database(server, "dpsql_forms") as dsn:
+        copy_to_postgres(forms_db, dsn)
+        with psycopg.connect(dsn, autocommit=True) as con:
+            con.execute("CREATE SCHEMA IF NOT EXISTS other")
+            con.execute("DROP TABLE IF EXISTS other.people")
+            con.execute("CREATE TABLE other.people AS SELECT * FROM public.people ORDER BY person_id LIMIT 10")
+            con.execute("DROP TABLE IF EXISTS other.regions")
+            con.execute("CREATE TABLE other.regions AS SELECT * FROM public.regions")
+        yield dsn
+
+
+@pytest.fixture(params=["duckdb", "postgres"])
+def engine(request, forms_db):
+    """(engine name, target, the schema plain names are read from, the database's name)."""
+    if request.param == "postgres":
+        return "postgres", request.getfixturevalue("forms_pg"), "public", "dpsql_forms"
+    return "duckdb", forms_db, "main", "people"
+
+
+# ------------------------------------------------------------------------ schema-qualified names
+
+QUALIFIED = {
+    # {s}: the engine's schema, {c}: its database (catalog)
+    "schema_table": (
+        "SELECT sex, COUNT(*) AS n FROM {s}.people GROUP BY sex",
+        "SELECT sex, COUNT(*) FROM people GROUP BY sex"),
+    "metabase_quoted": (
+        'SELECT "{s}"."people"."sex" AS "sex", COUNT(*) AS "count", AVG("{s}"."people"."age") AS "avg" '
+        'FROM "{s}"."people" GROUP BY "{s}"."people"."sex" ORDER BY "{s}"."people"."sex" ASC',
+        "SELECT sex, COUNT(*), AVG(LEAST(GREATEST(age, 0), 120)) FROM people GROUP BY sex"),
+    "catalog_schema_table": (
+        "SELECT COUNT(*) AS n FROM {c}.{s}.people p WHERE p.age >= 40",
+        "SELECT COUNT(*) FROM people WHERE age >= 40"),
+    "joined_and_public": (
+        "SELECT r.region, COUNT(*) AS n, SUM(v.cost) AS total FROM {s}.visits v JOIN {s}.people p "
+        "ON v.person_id = p.person_id JOIN {s}.regions r ON p.state = r.state GROUP BY r.region",
+        "SELECT region, SUM(LEAST(n, 5)), SUM(LEAST(c, 5 * 2000)) FROM ("
+        " SELECT p.person_id, r.region, COUNT(*) n, SUM(LEAST(GREATEST(v.cost, 0), 2000)) c FROM visits v "
+        " JOIN people p ON v.person_id = p.person_id JOIN regions r ON p.state = r.state GROUP BY 1, 2) AS x "
+        "GROUP BY region"),
+}
+
+
+@pytest.mark.parametrize("case", QUALIFIED)
+def test_qualified_names_answer_as_the_plain_names(engine, connect, case):
+    _, target, schema, catalog = engine
+    sql, truth = QUALIFIED[case]
+    cur = connect(target).cursor()
+    cur.execute(sql.format(s=schema, c=catalog))
+    want = _truth_on(engine, truth)
+    _close(cur, want)
+
+
+def _truth_on(engine, sql: str) -> list[tuple]:
+    """The bounded truth on the engine itself (its own answer to the plain query)."""
+    name, target, _, _ = engine
+    if name == "duckdb":
+        return _truth(target, sql)
+    import psycopg
+    with psycopg.connect(target) as con:
+        rows = con.execute(sql).fetchall()
+    return sorted([tuple(float(v) if hasattr(v, "as_integer_ratio") and not isinstance(v, int) else v
+                         for v in r) for r in rows], key=lambda r: tuple(str(v) for v in r))
+
+
+def test_a_qualified_public_table_is_the_public_table(engine, connect):
+    _, target, schema, _ = engine
+    cur = connect(target).cursor()
+    cur.execute(f"SELECT region FROM {schema}.regions ORDER BY region")
+    assert cur.fetchall() == [tuple(r) for r in _truth_on(engine, "SELECT region FROM regions ORDER BY region")]
+
+
+@pytest.mark.parametrize("sql, construct", [
+    ("SELECT COUNT(*) FROM other.people", "other.people"),               # a table sharing the protected name
+    ('SELECT COUNT(*) FROM "other"."people"', '"other"."people"'),
+    ("SELECT COUNT(*) FROM other.regions", "other.regions"),             # nor is it the public table
+    ("SELECT COUNT(*) FROM people p JOIN other.people q ON p.person_id = q.person_id", "other.people"),
+    ("SELECT COUNT(*) FROM nosuchdb.{s}.people", "nosuchdb.{s}.people"),
+    ("SELECT COUNT(*) FROM pg_temp.people", "pg_temp.people"),
+    ("WITH people2 AS (SELECT * FROM people) SELECT COUNT(*) FROM {s}.people2", "{s}.people2"),
+    ("SELECT COUNT(*) FROM people WHERE person_id IN (SELECT person_id FROM other.people)", "other.people"),
+])
+def test_other_schemas_fail_closed(engine, connect, sql, construct):
+    _, target, schema, _ = engine
+    conn = connect(target)
+    with pytest.raises(QueryRejected) as err:
+        conn.cursor().execute(sql.format(s=schema))
+    assert f"the qualified table name {construct.format(s=schema)}" in str(err.value)
+    assert "plainly" in (err.value.hint or "")
+    assert conn.session.spending().epsilon_spent == 0
