@@ -123,3 +123,60 @@ def test_other_schemas_fail_closed(engine, connect, sql, construct):
     assert f"the qualified table name {construct.format(s=schema)}" in str(err.value)
     assert "plainly" in (err.value.hint or "")
     assert conn.session.spending().epsilon_spent == 0
+
+
+# ------------------------------------------------------------------------ comma joins
+
+COMMA = {
+    # TPC-H's form: the tables listed, the join equalities among the WHERE's conditions
+    "tpch_three_tables": (
+        "SELECT r.region, COUNT(*) AS n, SUM(v.cost) AS total FROM people p, visits v, regions r "
+        "WHERE p.person_id = v.person_id AND v.cost > 100 AND p.state = r.state GROUP BY r.region",
+        "SELECT region, SUM(LEAST(n, 5)), SUM(LEAST(c, 5 * 2000)) FROM ("
+        " SELECT p.person_id, r.region, COUNT(*) n, SUM(LEAST(GREATEST(v.cost, 0), 2000)) c FROM visits v "
+        " JOIN people p ON v.person_id = p.person_id JOIN regions r ON p.state = r.state WHERE v.cost > 100 "
+        " GROUP BY 1, 2) AS x GROUP BY region"),
+    # the equality written before the item it joins, and reversed
+    "order_of_conditions": (
+        "SELECT p.sex, COUNT(*) AS n FROM regions r, people p WHERE r.state = p.state AND p.age >= 30 "
+        "GROUP BY p.sex",
+        "SELECT p.sex, COUNT(*) FROM people p JOIN regions r ON p.state = r.state WHERE p.age >= 30 GROUP BY p.sex"),
+    "qualified_and_comma": (
+        "SELECT COUNT(*) AS n FROM {s}.visits v, {s}.people p WHERE v.person_id = p.person_id AND p.sex = 'F'",
+        "SELECT SUM(LEAST(n, 5)) FROM (SELECT p.person_id, COUNT(*) n FROM visits v JOIN people p "
+        "ON v.person_id = p.person_id WHERE p.sex = 'F' GROUP BY 1) AS x"),
+}
+
+
+@pytest.mark.parametrize("case", COMMA)
+def test_comma_joins_answer_as_explicit_joins(engine, connect, case):
+    _, target, schema, _ = engine
+    sql, truth = COMMA[case]
+    cur = connect(target).cursor()
+    cur.execute(sql.format(s=schema))
+    _close(cur, _truth_on(engine, truth))
+
+
+def test_a_comma_join_is_planned_as_the_explicit_join(engine, connect):
+    """The same relation, bounds and noise as JOIN ... ON: the plan's facts are equal."""
+    conn = connect(engine[1])
+    a = conn.session.plan("SELECT COUNT(*) FROM people p, visits v WHERE p.person_id = v.person_id AND v.cost > 3")
+    b = conn.session.plan("SELECT COUNT(*) FROM people p JOIN visits v ON p.person_id = v.person_id WHERE v.cost > 3")
+    assert (a.rows_per_unit, a.l0, a.noise, a.bounded) == (b.rows_per_unit, b.l0, b.noise, b.bounded)
+    assert a.relation.joins[0].on.sql() == b.relation.joins[0].on.sql()
+
+
+@pytest.mark.parametrize("sql, construct", [
+    ("SELECT COUNT(*) FROM people p, visits v", "the comma join of 'v' with no equality joining it"),
+    ("SELECT COUNT(*) FROM people p, visits v WHERE p.age > 30", "the comma join of 'v'"),
+    ("SELECT COUNT(*) FROM people p, visits v WHERE p.person_id = v.person_id OR p.age > 30", "the comma join of 'v'"),
+    ("SELECT COUNT(*) FROM people p, visits v JOIN regions r ON r.state = 'CA' WHERE p.person_id = v.person_id",
+     "a comma-separated FROM list beside JOIN"),
+    ("SELECT COUNT(*) FROM people p, visits v WHERE p.age = v.cost", "privacy units"),
+])
+def test_cross_joins_stay_refused(engine, connect, sql, construct):
+    conn = connect(engine[1])
+    with pytest.raises(QueryRejected) as err:
+        conn.cursor().execute(sql)
+    assert construct in str(err.value)
+    assert conn.session.spending().epsilon_spent == 0
