@@ -61,6 +61,7 @@ from dpsql.analysis.predicates import (
     Predicates,
     date_bounds_problem,
     family,
+    fold_dates,
     refuse_expression,
     tracking,
 )
@@ -146,7 +147,7 @@ def analyze(tree: exp.Expression, policy: Policy, schema: Schema, settings: Sett
     domains: reads a public table column's distinct values (the Session's engine), for GROUP BY
     keys that are public-table columns."""
     _refuse_statement_kind(tree)
-    tree = _qualified_names(tree, policy, schema)
+    tree = fold_dates(_qualified_names(tree, policy, schema))
     check_shape(tree)
     ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
     names = []

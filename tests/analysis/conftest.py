@@ -241,6 +241,38 @@ def _class_names() -> dict[str, tuple[str, ...]]:
     return {k: tuple(sorted(v)) for k, v in out.items()}
 
 
+_SHIFT_UNITS = {"year": (12, 0), "month": (1, 0), "mon": (1, 0), "week": (0, 7), "day": (0, 1)}
+
+
+def _shifted(day: dt.date, shift: Tree) -> dt.date | None:
+    """V6, read independently of the checker: one date_shift applied as PostgreSQL does (months
+    first, the day clamped to the month's end, then days); None outside the years 1-9999."""
+    import calendar
+    toks = [t for t in shift.children if isinstance(t, Token)]
+    sign = -1 if toks[0].value == "-" else 1
+    months = days = 0
+    kinds = {t.type: t.value for t in toks}
+    if "DAY_COUNT" in kinds:
+        days = int(kinds["DAY_COUNT"])
+    elif "INTERVAL_COUNT" in kinds:
+        m, d = _SHIFT_UNITS[kinds["INTERVAL_UNIT"].lower()]
+        n = int(kinds["INTERVAL_COUNT"].strip("'"))
+        months, days = n * m, n * d
+    else:
+        for n, unit in re.findall(r"([+-]?[0-9]+) *([a-z]+)", kinds["INTERVAL_TEXT"].strip("'").lower()):
+            m, d = _SHIFT_UNITS[unit[:-1] if unit.endswith("s") else unit]
+            months, days = months + int(n) * m, days + int(n) * d
+    total = day.year * 12 + day.month - 1 + sign * months
+    year, month = total // 12, total % 12 + 1
+    if not 1 <= year <= 9999:
+        return None
+    out = dt.date(year, month, min(day.day, calendar.monthrange(year, month)[1]))
+    ordinal = out.toordinal() + sign * days
+    if not dt.date(1, 1, 1).toordinal() <= ordinal <= dt.date(9999, 12, 31).toordinal():
+        return None
+    return dt.date.fromordinal(ordinal)
+
+
 # Names the generator draws for each name terminal: the policy's, and a few an analyst chooses.
 NAMES: dict[str, tuple[str, ...]] = _class_names() | {
     "TABLE": ("people", "visits", "notes", "people", "visits", "staff", "staff_raw"),
@@ -1305,13 +1337,23 @@ class _Walk(Values):
         self.real_dates(node)
 
     def real_dates(self, node: Tree) -> None:
-        """V1: the DATE and TIMESTAMP literals of a test are real dates and times of day."""
-        for d in (t for c in self.trees(node, "date_lit") for t in self.toks(c, "DATE_STRING")):
-            try:
-                dt.date.fromisoformat(d.value.strip("'"))
-            except ValueError:
-                self.bad(f"V1: {d.value} is not a date")
-                self.replace(d, "'2020-01-01'")
+        """V1: the DATE and TIMESTAMP literals of a test are real dates and times of day; V6: the
+        shifts of a DATE literal stay in the years 1-9999."""
+        for lit in self.trees(node, "date_lit"):
+            for d in self.toks(lit, "DATE_STRING"):
+                try:
+                    day = dt.date.fromisoformat(d.value.strip("'"))
+                except ValueError:
+                    self.bad(f"V1: {d.value} is not a date")
+                    self.replace(d, "'2020-01-01'")
+                    day = dt.date(2020, 1, 1)
+            for shift in self.trees(lit, "date_shift"):
+                day = _shifted(day, shift)
+                if day is None:
+                    self.bad("V6: date arithmetic outside the years 1-9999")
+                    for later in self.trees(lit, "date_shift"):
+                        self.replace(later, "")
+                    break
         for d in (t for c in self.trees(node, "timestamp_lit") for t in self.toks(c, "TIMESTAMP_STRING")):
             try:
                 dt.datetime.fromisoformat(d.value.strip("'"))

@@ -180,3 +180,79 @@ def test_cross_joins_stay_refused(engine, connect, sql, construct):
         conn.cursor().execute(sql)
     assert construct in str(err.value)
     assert conn.session.spending().epsilon_spent == 0
+
+
+# ------------------------------------------------------------------------ constant date arithmetic
+
+DATES = {
+    # TPC-H Q1's and Q6's forms; the truth is the engine's own answer to the unfolded query
+    "minus_days": "SELECT COUNT(*) AS n, SUM(cost) AS s FROM visits "
+                  "WHERE visit_date <= DATE '2024-12-01' - INTERVAL '90' DAY",
+    "plus_year": "SELECT COUNT(*) AS n FROM visits WHERE visit_date >= DATE '2023-03-01' "
+                 "AND visit_date < DATE '2023-03-01' + INTERVAL '1' YEAR",
+    "month_end_clamp": "SELECT COUNT(*) AS n FROM visits WHERE visit_date >= DATE '2024-01-31' "
+                       "AND visit_date < DATE '2024-01-31' + INTERVAL '1' MONTH",
+    "chain_and_text_units": "SELECT COUNT(*) AS n FROM visits WHERE visit_date BETWEEN DATE '2023-05-31' "
+                            "+ INTERVAL '3 months' AND DATE '2023-05-31' + INTERVAL '1 year 2 months' - INTERVAL '1' DAY",
+    "plus_integer_days": "SELECT COUNT(*) AS n FROM visits WHERE visit_date < CAST('2023-06-30' AS DATE) + 45",
+}
+
+
+@pytest.mark.parametrize("case", DATES)
+def test_date_arithmetic_answers_as_the_engine_computes_it(engine, connect, case):
+    sql = DATES[case]
+    bounded = ("SELECT SUM(LEAST(n, 5)), SUM(LEAST(c, 5 * 2000)) FROM (SELECT person_id, COUNT(*) n, "
+               "SUM(LEAST(GREATEST(cost, 0), 2000)) c FROM visits WHERE {w} GROUP BY 1) AS x"
+               if case == "minus_days" else
+               "SELECT SUM(LEAST(n, 5)) FROM (SELECT person_id, COUNT(*) n FROM visits WHERE {w} GROUP BY 1) AS x")
+    where = sql.split(" WHERE ", 1)[1].split(" GROUP BY")[0]
+    cur = connect(engine[1]).cursor()
+    cur.execute(sql)
+    _close(cur, _truth_on(engine, bounded.format(w=where)))
+
+
+def test_folding_is_postgresql_calendar_arithmetic(request):
+    """shift_date against PostgreSQL's own date +- interval, over month ends, leap days and signs."""
+    import datetime as dt
+    import itertools
+
+    import psycopg
+
+    from dpsql.analysis.predicates import shift_date
+    server = request.getfixturevalue("postgres_server")
+    days = [dt.date(2000, 2, 29), dt.date(2001, 1, 31), dt.date(1999, 12, 31), dt.date(2024, 3, 31),
+            dt.date(1900, 2, 28), dt.date(2023, 5, 15), dt.date(1, 1, 31), dt.date(9998, 11, 30)]
+    shifts = [(m, d) for m, d in itertools.product([-25, -13, -12, -1, 0, 1, 11, 12, 13, 48], [-400, -29, -1, 0, 1, 30])]
+    cases = [(day, m, d) for day in days for m, d in shifts]
+    sql = "SELECT (x.d + make_interval(months => x.m, days => x.n))::date::text FROM (VALUES " + ", ".join(
+        f"(DATE '{day.isoformat()}', {m}, {d}, {i})" for i, (day, m, d) in enumerate(cases)) + ") AS x(d, m, n, i) ORDER BY x.i"
+    with psycopg.connect(server) as con:
+        want = [r[0] for r in con.execute(sql).fetchall()]
+    got = []
+    for day, m, d in cases:
+        try:
+            got.append(shift_date(day, m, d))
+        except (OverflowError, ValueError):
+            got.append(None)
+    # equal where shift_date answers; it refuses (and the query is refused) only where the months or
+    # the days step leaves the years 1-9999 (the cases at years 1 and 9998)
+    assert [g.isoformat() if g is not None else None for g in got] == \
+        [w if g is not None else None for g, w in zip(got, want)]
+    assert all(day.year in (1, 9998) for (day, _, _), g in zip(cases, got) if g is None)
+    assert sum(g is None for g in got) < len(cases) // 4
+
+
+@pytest.mark.parametrize("sql, construct", [
+    ("SELECT COUNT(*) FROM visits WHERE visit_date + INTERVAL '1' DAY < DATE '2024-01-01'",
+     "the date arithmetic visit_date + INTERVAL"),
+    ("SELECT COUNT(*) FROM visits WHERE visit_date < DATE '2024-01-01' + INTERVAL '1' HOUR", "the date arithmetic"),
+    ("SELECT COUNT(*) FROM visits WHERE visit_date < DATE '2024-01-01' + INTERVAL '90'", "the date arithmetic"),
+    ("SELECT COUNT(*) FROM visits WHERE visit_date < DATE '2024-01-01' + INTERVAL '1' WEEK", 'at or near "WEEK"'),
+    ("SELECT COUNT(*) FROM visits WHERE visit_date < DATE '9999-12-31' + INTERVAL '1' DAY", "outside the years"),
+])
+def test_other_date_arithmetic_is_refused(engine, connect, sql, construct):
+    conn = connect(engine[1])
+    with pytest.raises(QueryRejected) as err:
+        conn.cursor().execute(sql)
+    assert construct in str(err.value)
+    assert conn.session.spending().epsilon_spent == 0
