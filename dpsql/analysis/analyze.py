@@ -616,7 +616,10 @@ class _Analysis:
             raise QueryRejected(f"{fname} with several arguments", "not part of the accepted subset")
         if isinstance(arg, exp.Distinct):
             if not isinstance(node, exp.Count) or len(arg.expressions) != 1:
-                raise QueryRejected(f"{fname}(DISTINCT ...)", "only COUNT(DISTINCT <privacy unit>) is supported yet")
+                raise QueryRejected(f"{fname}(DISTINCT ...)", "of the DISTINCT aggregates only COUNT(DISTINCT col) "
+                                    "is supported yet (its values are taken over each person's bounded rows; "
+                                    "the other aggregates do not have that rewrite)",
+                                    f"{fname}(col) bounds each person's rows; COUNT(DISTINCT col) counts the values")
             col = arg.expressions[0]
             if not isinstance(col, exp.Column) or self.resolve(col, "COUNT")[0] not in self.rel.unit_class:
                 return distinct_counts.aggregate(self, col, cond)     # another column: dpsql.analysis.distinct
