@@ -1127,7 +1127,8 @@ def read_schema(policy: Policy, engine: Engine, *, check_types: bool = True) -> 
             not_null.add(t.name)
     kept = {ref: facts[ref] for ref in list(refs.values()) + public if ref in facts}
     schema = Schema(cols, frozenset(unique), frozenset(base), frozenset(engine.views()), frozenset(not_null),
-                    facts=kept, public={n: dict(facts[n].columns) for n in public if n in facts})
+                    facts=kept, public={n: dict(facts[n].columns) for n in public if n in facts},
+                    namespace=engine.namespace() if hasattr(engine, "namespace") else None)
     problems = check_policy_types(policy, schema) if check_types else []
     if problems:
         key, _, problem = problems[0].partition(": ")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -61,6 +62,7 @@ from dpsql.analysis.predicates import (
     Predicates,
     date_bounds_problem,
     family,
+    fold_dates,
     refuse_expression,
     tracking,
 )
@@ -94,6 +96,8 @@ class Schema:
     not_null_units: frozenset[str] = frozenset()      # protected tables whose unit is NOT NULL
     facts: Mapping[str, Any] = field(default_factory=dict)     # engine reference -> engines.base.TableFacts
     public: Mapping[str, Mapping[str, str]] = field(default_factory=dict)   # public table -> column -> type
+    # (schema, catalog) unqualified names are read from (Engine.namespace); None: qualified names refused
+    namespace: tuple[str, str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -144,7 +148,7 @@ def analyze(tree: exp.Expression, policy: Policy, schema: Schema, settings: Sett
     domains: reads a public table column's distinct values (the Session's engine), for GROUP BY
     keys that are public-table columns."""
     _refuse_statement_kind(tree)
-    _refuse_qualified_names(tree)
+    tree = fold_dates(_qualified_names(tree, policy, schema))
     window = None
     if windows.has_windows(tree):          # post-processing of the released rows
         tree, window = windows.split(tree, output_name)
@@ -188,14 +192,98 @@ def analyze(tree: exp.Expression, policy: Policy, schema: Schema, settings: Sett
     return replace(plan, wraps=(wrap,), names=tuple(name for name, _ in wrap.outputs))
 
 
-def _refuse_qualified_names(tree: exp.Expression) -> None:
-    """Tables are named plainly: `other_schema.t` or `db.main.t` could read a table the policy and the
-    engine's catalog checks never saw (a copy of a protected table in another schema, an attached file)."""
-    for t in tree.find_all(exp.Table):
-        if t.args.get("db") or t.args.get("catalog"):
-            raise QueryRejected("a schema-qualified table name",
-                                "dpsql reads tables from the database's default schema only",
-                                "use the table's plain name")
+_PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_$]*")
+
+
+def _ident(node: exp.Expression | None) -> str | None:
+    """A name part as PostgreSQL reads it: unquoted folded to lower case, quoted kept exactly."""
+    if not isinstance(node, exp.Identifier):
+        return None
+    return node.this if node.args.get("quoted") else node.this.lower()
+
+
+def _engine_name(ref: str, namespace: tuple[str, str | None]) -> tuple[str | None, str, str] | None:
+    """A protected table's engine reference (its `source` or name) as (catalog, schema, table), the
+    engine's schema filled in for a plain name; None for a file source (not a plain name)."""
+    parts = ref.lower().split(".")
+    if len(parts) > 3 or not all(_PLAIN_NAME.fullmatch(p) for p in parts):
+        return None
+    parts = [namespace[0]] * (len(parts) == 1) + parts
+    return (parts[0] if len(parts) == 3 else None, parts[-2], parts[-1])
+
+
+def _qualified_names(tree: exp.Expression, policy: Policy, schema: Schema) -> exp.Expression:
+    """Schema-qualified table names (`public.people`, `"public"."people"`, DuckDB's `main.people`
+    and `people.main.people`, and columns qualified the same way, as Metabase writes them) read as
+    the plain name, when they name the very table the plain name reads; refused otherwise.
+
+    Why this is the same query, with the same guarantee: the engine reads a plain table name from
+    one schema (PostgreSQL: the search_path dpsql sets, that schema then pg_temp; DuckDB: `main` of
+    the database it opened), reported by Engine.namespace, and every fact dpsql relies on (the
+    policy's tables, their columns and keys, the base tables and views a public query may read) is
+    read from there. A name qualified by that schema (and, if it has one, by that database's name
+    as its catalog) names the table the plain name names, with one exception each way, both
+    refused: the plain name may read another table (a protected table whose `source` is in another
+    schema or is a file, or whose policy name is not its engine name: `staff` read from
+    `staff_raw`), and a plain name may be a CTE of the query, which a qualified name never is. A
+    protected table whose source names its schema (`analytics.visits_raw`) is named by that schema.
+    Any other schema or catalog fails closed: `other.people` is a table dpsql has no facts about,
+    neither the protected `people` nor a public table, whatever its name. Quoted parts must match
+    exactly, unquoted ones are folded to lower case as PostgreSQL folds them. Engines that report
+    no namespace (Spark) have every qualified name refused."""
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    ns = schema.namespace
+
+    def refuse(written: str, why: str) -> QueryRejected:
+        where = f"{ns[0]}" if ns is not None else "the database's default schema"
+        return QueryRejected(f"the qualified table name {written}", why,
+                             f"name the table plainly ({written.rsplit('.', 1)[-1]})"
+                             + (f" or by the schema it is read from ({where}.TABLE)" if ns is not None else ""))
+
+    def plain(t: exp.Expression) -> str | None:
+        """The plain name a qualified table (or a column's table part) stands for, or None."""
+        parts = [t.args.get(k) for k in ("catalog", "db", "this" if isinstance(t, exp.Table) else "table")]
+        written = ".".join(p.sql("postgres") for p in parts if p is not None)
+        if ns is None:
+            raise refuse(written, "dpsql reads tables from the database's default schema only")
+        catalog, sch, name = (_ident(p) for p in parts)
+        if name is None or sch is None or (parts[0] is not None and catalog is None):
+            raise refuse(written, "it is not a plain table name")
+        if catalog is not None and catalog != (ns[1] or "").lower() and catalog != ns[1]:
+            raise refuse(written, f"{catalog!r} is not the database dpsql reads")
+        for t_pol in policy.tables.values():
+            ref = _engine_name(t_pol.source or t_pol.name, ns)
+            if ref is not None and ref[1:] == (sch, name) and (ref[0] is None or catalog in (None, ref[0])):
+                short = ref[2]
+                if _policy_table(policy, short) is not t_pol or short in ctes:
+                    raise refuse(written, "its plain name would read another table")
+                return short
+        if sch != ns[0]:
+            raise refuse(written, f"dpsql reads tables from the schema {ns[0]!r} only; a table of another "
+                         "schema is not described by the policy, whatever its name")
+        if _policy_table(policy, name) is not None:
+            raise refuse(written, "the policy reads the protected table of that name from another table "
+                         "(its source)")
+        if name in ctes:
+            raise refuse(written, "a qualified name names a table, and the query has a CTE of that name")
+        return name
+
+    def one(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Table) and (node.args.get("db") or node.args.get("catalog")):
+            name = plain(node)
+            out = node.copy()
+            out.set("db", None)
+            out.set("catalog", None)
+            out.set("this", exp.to_identifier(name))
+            return out
+        if isinstance(node, exp.Column) and (node.args.get("db") or node.args.get("catalog")):
+            plain(node)
+            out = node.copy()
+            out.set("db", None)
+            out.set("catalog", None)
+            return out
+        return node
+    return tree.transform(one)
 
 
 def _refuse_statement_kind(tree: exp.Expression) -> None:
@@ -567,7 +655,10 @@ class _Analysis:
             raise QueryRejected(f"{fname} with several arguments", "not part of the accepted subset")
         if isinstance(arg, exp.Distinct):
             if not isinstance(node, exp.Count) or len(arg.expressions) != 1:
-                raise QueryRejected(f"{fname}(DISTINCT ...)", "only COUNT(DISTINCT <privacy unit>) is supported yet")
+                raise QueryRejected(f"{fname}(DISTINCT ...)", "of the DISTINCT aggregates only COUNT(DISTINCT col) "
+                                    "is supported yet (its values are taken over each person's bounded rows; "
+                                    "the other aggregates do not have that rewrite)",
+                                    f"{fname}(col) bounds each person's rows; COUNT(DISTINCT col) counts the values")
             col = arg.expressions[0]
             if not isinstance(col, exp.Column) or self.resolve(col, "COUNT")[0] not in self.rel.unit_class:
                 return distinct_counts.aggregate(self, col, cond)     # another column: dpsql.analysis.distinct

@@ -197,6 +197,17 @@ def _join(j: exp.Join, left: list[Instance], cat: Catalog, classes: UnitClasses,
         raise QueryRejected(f"{side} JOIN", "it would NULL-extend a protected table's side",
                             "write it as a LEFT JOIN with the protected table first")
     on = j.args.get("on")
+    if on is None and j.meta.get("comma") == "mixed":
+        raise QueryRejected("a comma-separated FROM list beside JOIN", "PostgreSQL would join the JOINs first, "
+                            "and the comma items only through WHERE",
+                            "write every join as JOIN ... ON, or list every table with commas and join them in WHERE")
+    if on is None and j.meta.get("comma"):
+        name, first = j.this.alias_or_name, left[0].alias
+        raise QueryRejected(f"the comma join of {name!r} with no equality joining it (a cross join)",
+                            "it pairs every row with every other row; WHERE must equate a column of "
+                            f"{name!r} with a column of a table before it",
+                            f"... FROM {first}, {name} WHERE {first}.x = {name}.y (or {first} JOIN {name} ON "
+                            f"{first}.x = {name}.y)")
     if on is None:
         raise QueryRejected("a join without ON (a cross join)", "it pairs every row with every other row",
                             "join on equal columns: ON a.x = b.x")

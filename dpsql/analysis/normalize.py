@@ -100,6 +100,8 @@ def normalize(tree: exp.Select, schema: Mapping[str, Mapping[str, str]]) -> Norm
                     quote_identifiers=False, validate_qualify_columns=True, expand_alias_refs=True)
         if using:
             q = _using_columns(q, using)
+        for sel in list(q.find_all(exp.Select)):
+            _comma_joins(sel)
         if any(sel is not q for sel in q.find_all(exp.Select)):   # (a flat SELECT has nothing to merge)
             written = {c.alias.lower() for c in (q.args.get("with_") or exp.With(expressions=[])).expressions}
             q = merge_subqueries(_one_cte_per_derived_table(eliminate_subqueries(q), written))
@@ -167,6 +169,78 @@ def _one_cte_per_derived_table(q: exp.Expression, written: set[str]) -> exp.Expr
             with_.set("expressions", [c.copy() for c in ctes])
             ctes = list(with_.expressions)
     return q
+
+
+def _is_comma(j: exp.Expression) -> bool:
+    return isinstance(j, exp.Join) and not any(j.args.get(k) for k in ("on", "using", "kind", "side", "method"))
+
+
+def _comma_joins(sel: exp.Select) -> None:
+    """`FROM a, b, c WHERE a.k = b.k AND b.j = c.j AND ...` (TPC-H's form) as the INNER JOINs it
+    means: each comma item's ON is the WHERE conjuncts `x = y` that equate one of its columns
+    with a column of an item before it (the items taken in the first order in which each has
+    one), and those conjuncts leave WHERE. A row of the comma list passes WHERE exactly when it
+    passes every conjunct, so it is a row of the joins passing the rest of WHERE: the same rows,
+    the same query, and from here on every rule and guarantee of an explicit JOIN ... ON applies
+    (bind: equi-joins, protected tables on their units). An item no equality reaches stays a
+    comma item, refused in bind as the cross join it is. Only a FROM whose joins are all commas
+    is read so (PostgreSQL binds `a, b JOIN c ON ...` as a, (b JOIN c)). Columns are qualified
+    by now (qualify), so each side names its item."""
+    joins = sel.args.get("joins") or []
+    if not joins or not all(_is_comma(j) for j in joins):
+        for j in joins:
+            if _is_comma(j):
+                j.meta["comma"] = "mixed" if joins and not all(_is_comma(k) for k in joins) else "unjoined"
+        return
+    src = sel.args.get("from_")
+    where = sel.args.get("where")
+    if src is None:
+        return
+    conjuncts = list(where.this.flatten()) if where is not None and isinstance(where.this, exp.And) else \
+        ([where.this] if where is not None else [])
+
+    def alias(node: exp.Expression) -> str:
+        return node.alias_or_name
+
+    def equality(c: exp.Expression) -> tuple[str, str] | None:
+        if isinstance(c, exp.EQ) and isinstance(c.this, exp.Column) and isinstance(c.expression, exp.Column) \
+                and c.this.table and c.expression.table and c.this.table != c.expression.table:
+            return c.this.table, c.expression.table
+        return None
+    scope = {alias(src.this)}
+    todo = list(joins)
+    done: list[exp.Join] = []
+    used: set[int] = set()
+    while todo:
+        for j in todo:
+            me = alias(j.this)
+            mine = [c for c in conjuncts if id(c) not in used and (e := equality(c)) is not None
+                    and me in e and (set(e) - {me}) <= scope]
+            if mine:
+                break
+        else:
+            break
+        used.update(id(c) for c in mine)
+        on = mine[0].copy()
+        for c in mine[1:]:
+            on = exp.And(this=on, expression=c.copy())
+        j.set("on", on)
+        todo.remove(j)
+        done.append(j)
+        scope.add(me)
+    for j in todo:
+        j.meta["comma"] = "unjoined"
+    if not used:
+        return
+    sel.set("joins", done + todo)
+    rest = [c for c in conjuncts if id(c) not in used]
+    if not rest:
+        sel.set("where", None)
+    else:
+        cond = rest[0].copy()
+        for c in rest[1:]:
+            cond = exp.And(this=cond, expression=c.copy())
+        sel.set("where", exp.Where(this=cond))
 
 
 def _implicit_names(tree: exp.Expression) -> None:

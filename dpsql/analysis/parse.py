@@ -219,6 +219,10 @@ def _strict(text: str) -> None:
         if kind == "VAR":       # a reserved word read as a name (CAST(...), LEFT(...) are constructs)
             low = word.lower()
             bad = (low in _RESERVED or low in _RESERVED_FUNC) and not (nxt and nxt.token_type.name == "L_PAREN")
+            # INTERVAL '1' WEEK: PostgreSQL's interval qualifiers are YEAR ... SECOND (and TO) only
+            bad = bad or (i >= 2 and tokens[i - 1].token_type.name == "STRING"
+                          and tokens[i - 2].token_type.name == "INTERVAL"
+                          and low not in ("year", "month", "day", "hour", "minute", "second"))
         elif kind == "COMMA":
             bad = nxt is None or nxt.token_type.name in _CLAUSE_AFTER_COMMA
             if bad:

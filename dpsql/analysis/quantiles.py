@@ -110,7 +110,15 @@ def aggregate(analysis, node: exp.Expression) -> tuple:
         raise QueryRejected(f"{what}(DISTINCT ...)", "not part of the accepted subset")
     d = analysis._input(arg, what)
     if d.kind != "num":
-        raise QueryRejected(f"{what}({d.label})", "quantiles are released for numeric expressions only")
+        hint = None
+        if d.kind in ("date", "timestamp"):
+            # A date's MIN/MAX would need the exponential mechanism over its declared date range and a
+            # typed release of the date chosen; until then, the accepted numeric forms of the same question.
+            hint = (f"estimate a number of the {d.kind} instead, e.g. {what}(EXTRACT(YEAR FROM {d.label})) "
+                    f"(its declared date bounds give the range), or count by period: GROUP BY "
+                    f"DATE_TRUNC('month', {d.label})")
+        raise QueryRejected(f"{what}({d.label})", "quantiles are released for numeric expressions only (MIN and "
+                            "MAX are DP quantile estimates)", hint)
     if not d.bounded:
         raise QueryRejected(f"{what}({d.label})", "the column has no declared bounds, so the exponential "
                             "mechanism has no range to choose from",

@@ -82,6 +82,11 @@ class Engine(Protocol):
     def base_tables(self) -> set[str]:
         """Names (lower-case) of the base tables an analyst's public query may read."""
 
+    def namespace(self) -> tuple[str, str | None]:
+        """(optional) The schema unqualified table names are read from, and the database
+        (catalog) name: what a schema-qualified name may say. Engines without it (Spark) have
+        qualified names refused."""
+
     def views(self) -> set[str]:
         """Names (lower-case) of views."""
 

@@ -257,6 +257,12 @@ class DuckDBEngine:
         return {name: TableFacts(kind, tuple(columns), frozenset(unique.get(k, ())), frozenset(not_null))
                 for k, (kind, columns, not_null) in parts.items() for name in wanted.get(k, ())}
 
+    def namespace(self) -> tuple[str, str | None]:
+        """The schema an unqualified table name is read from (DuckDB's default search path:
+        `main` of the database dpsql opened) and that database's (catalog's) name."""
+        rows = self._catalog("SELECT current_database(), current_schema()", [])
+        return str(rows[0][1]), str(rows[0][0])
+
     def base_tables(self) -> set[str]:
         rows = self._catalog("SELECT table_name FROM duckdb_tables() WHERE NOT internal AND NOT temporary "
                              f"AND database_name <> '{FILES_CATALOG}'", [])

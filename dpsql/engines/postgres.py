@@ -350,6 +350,11 @@ class PostgresEngine:
                 self._end()
         return _facts_of(rows, tables, self._split)
 
+    def namespace(self) -> tuple[str, str | None]:
+        """The schema an unqualified table name is read from (the search_path dpsql sets: this
+        schema, then pg_temp) and the database's name, the only catalog a name may carry."""
+        return self._schema, self._con.info.dbname
+
     def base_tables(self) -> set[str]:
         """Ordinary and partitioned tables of the engine's schema (never the catalogs or temp tables)."""
         return self._relations("('r', 'p')")

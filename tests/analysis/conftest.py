@@ -61,6 +61,8 @@ REGIONS = (("CA", "West"), ("NY", "East"), ("TX", "South"))        # the public 
 TABLE_TERMINALS: dict[str, tuple[str, ...]] = {
     "TABLE": ("people", "visits", "notes", "staff", "staff_raw"),
     "PUBLIC_TABLE": ("regions",),
+    "SCHEMA": ("main",),
+    "CATALOG": ("people",),
 }
 
 
@@ -136,7 +138,8 @@ SCHEMA = Schema(columns={"people": COLUMN_TYPES["people"], "staff": COLUMN_TYPES
                          "visits": COLUMN_TYPES["visits"], "notes": COLUMN_TYPES["notes"]},
                 unique_units=frozenset(), base_tables=frozenset(COLUMN_TYPES),
                 views=frozenset({"people_view"}), facts={t: _facts(t) for t in COLUMN_TYPES},
-                public={"regions": COLUMN_TYPES["regions"]})
+                public={"regions": COLUMN_TYPES["regions"]},
+                namespace=("main", "people"))      # DuckDB's, for the corpus's people.duckdb
 SETTINGS = Settings(epsilon=1.0, delta=1e-6, mechanism="laplace")
 
 
@@ -169,7 +172,8 @@ def grammar_for(terminals: dict[str, tuple[str, ...]] = TABLE_TERMINALS) -> str:
     lines = [text, ""]
     for name, values in terminals.items():
         words = "|".join(re.escape(v) for v in sorted(values, key=len, reverse=True))
-        lines.append(f"%override {name}: /\\b(?:{words})\\b/i")
+        quoted = "|".join(re.escape(f'"{v}"') for v in values)    # or double-quoted, exactly (`"main"."people"`)
+        lines.append(f'%override {name}: /(?<![\\w"])(?:{words}|(?-i:{quoted}))(?![\\w"])/i')
     return "\n".join(lines) + "\n"
 
 
@@ -237,10 +241,44 @@ def _class_names() -> dict[str, tuple[str, ...]]:
     return {k: tuple(sorted(v)) for k, v in out.items()}
 
 
+_SHIFT_UNITS = {"year": (12, 0), "month": (1, 0), "mon": (1, 0), "week": (0, 7), "day": (0, 1)}
+
+
+def _shifted(day: dt.date, shift: Tree) -> dt.date | None:
+    """V6, read independently of the checker: one date_shift applied as PostgreSQL does (months
+    first, the day clamped to the month's end, then days); None outside the years 1-9999."""
+    import calendar
+    toks = [t for t in shift.children if isinstance(t, Token)]
+    sign = -1 if toks[0].value == "-" else 1
+    months = days = 0
+    kinds = {t.type: t.value for t in toks}
+    if "DAY_COUNT" in kinds:
+        days = int(kinds["DAY_COUNT"])
+    elif "INTERVAL_COUNT" in kinds:
+        m, d = _SHIFT_UNITS[kinds["INTERVAL_UNIT"].lower()]
+        n = int(kinds["INTERVAL_COUNT"].strip("'"))
+        months, days = n * m, n * d
+    else:
+        for n, unit in re.findall(r"([+-]?[0-9]+) *([a-z]+)", kinds["INTERVAL_TEXT"].strip("'").lower()):
+            m, d = _SHIFT_UNITS[unit[:-1] if unit.endswith("s") else unit]
+            months, days = months + int(n) * m, days + int(n) * d
+    total = day.year * 12 + day.month - 1 + sign * months
+    year, month = total // 12, total % 12 + 1
+    if not 1 <= year <= 9999:
+        return None
+    out = dt.date(year, month, min(day.day, calendar.monthrange(year, month)[1]))
+    ordinal = out.toordinal() + sign * days
+    if not dt.date(1, 1, 1).toordinal() <= ordinal <= dt.date(9999, 12, 31).toordinal():
+        return None
+    return dt.date.fromordinal(ordinal)
+
+
 # Names the generator draws for each name terminal: the policy's, and a few an analyst chooses.
 NAMES: dict[str, tuple[str, ...]] = _class_names() | {
     "TABLE": ("people", "visits", "notes", "people", "visits", "staff", "staff_raw"),
     "PUBLIC_TABLE": ("regions",),
+    "SCHEMA": ("main",),
+    "CATALOG": ("people",),
     "CTE_NAME": ("w", "adults"),
     "TABLE_ALIAS": ("p", "t", "v"),
     "QUALIFIER": ("p", "t", "v", "people", "visits"),
@@ -730,9 +768,14 @@ class _Walk(Values):
         avoid = avoid | self.avoid
         if node.data == "table_ref":
             # the name and alias are rewritten once, at the end (table_text [AS alias])
-            name_tok = node.children[0]
+            name_tok = self.toks(node)[0]
+            prefix = next(iter(self.trees(node, "schema_prefix")), None)
             alias_tok = next(iter(self.toks(node, "TABLE_ALIAS")), None)
             name = ident(name_tok.value)
+            if prefix is not None and (name in env or (POLICY.table(name) is not None
+                                                       and (POLICY.table(name).source or name) != name)):
+                self.bad(f"N5: {name_tok.value} qualified by a schema is a CTE or not the table's engine name")
+                self.replace(prefix, "")
             alias = ident(alias_tok.value) if alias_tok is not None else name
             table_text = None                       # a new table name, if the name is replaced
             if name not in env and POLICY.table(name) is None and name not in TABLE_TERMINALS["TABLE"] \
@@ -995,12 +1038,19 @@ class _Walk(Values):
         scope, returned as ("outer", item, column)); None if it names nothing."""
         toks = self.toks(colnode)
         name = ident(toks[-1].value)
-        qual = ident(toks[0].value) if len(toks) == 3 else None
+        qual = ident(toks[-3].value) if len(toks) >= 3 else None
         for sc, is_outer in ((scope, False), (scope.parent, True)):
             if sc is None or (is_outer and not outer):
                 break
             if qual is not None:
                 found = [i for i in sc.items if i.alias == qual]
+                if found and len(toks) == 5 and not (found[0].rel.kind in ("protected", "public")
+                                                     and found[0].rel.table == qual
+                                                     and (POLICY.table(qual) is None or POLICY.table(qual).source
+                                                          in (None, qual))):
+                    self.bad(f"N5: {qual}.{name} qualified by a schema, and {qual} is not a table's implicit alias")
+                    self.replace(toks[0], "")
+                    self.replace(toks[1], "")
                 if found:
                     cols = found[0].named(name)
                     if len(cols) != 1:
@@ -1287,13 +1337,23 @@ class _Walk(Values):
         self.real_dates(node)
 
     def real_dates(self, node: Tree) -> None:
-        """V1: the DATE and TIMESTAMP literals of a test are real dates and times of day."""
-        for d in (t for c in self.trees(node, "date_lit") for t in self.toks(c, "DATE_STRING")):
-            try:
-                dt.date.fromisoformat(d.value.strip("'"))
-            except ValueError:
-                self.bad(f"V1: {d.value} is not a date")
-                self.replace(d, "'2020-01-01'")
+        """V1: the DATE and TIMESTAMP literals of a test are real dates and times of day; V6: the
+        shifts of a DATE literal stay in the years 1-9999."""
+        for lit in self.trees(node, "date_lit"):
+            for d in self.toks(lit, "DATE_STRING"):
+                try:
+                    day = dt.date.fromisoformat(d.value.strip("'"))
+                except ValueError:
+                    self.bad(f"V1: {d.value} is not a date")
+                    self.replace(d, "'2020-01-01'")
+                    day = dt.date(2020, 1, 1)
+            for shift in self.trees(lit, "date_shift"):
+                day = _shifted(day, shift)
+                if day is None:
+                    self.bad("V6: date arithmetic outside the years 1-9999")
+                    for later in self.trees(lit, "date_shift"):
+                        self.replace(later, "")
+                    break
         for d in (t for c in self.trees(node, "timestamp_lit") for t in self.toks(c, "TIMESTAMP_STRING")):
             try:
                 dt.datetime.fromisoformat(d.value.strip("'"))
@@ -1897,7 +1957,7 @@ class _Walk(Values):
         def output(colnode: Tree) -> str:
             toks = self.toks(colnode)
             name = ident(toks[-1].value)
-            qual = ident(toks[0].value) if len(toks) == 3 else None
+            qual = ident(toks[0].value) if len(toks) == 3 else None if len(toks) == 1 else "."  # (N5: no schema)
             names = [o.name for o in inner]
             if (qual is None or qual == alias) and names.count(name) == 1:
                 return name
@@ -1939,7 +1999,7 @@ class _Walk(Values):
                 else:
                     toks = self.toks(first)
                     name = ident(toks[-1].value)
-                    qual = ident(toks[0].value) if len(toks) == 3 else None
+                    qual = ident(toks[0].value) if len(toks) == 3 else None if len(toks) == 1 else "."
                     mine = [o for o in outputs if o.name == name] if qual is None else []
                     names = [o.name for o in inner]
                     valid = kept(mine[0]) if mine else (qual in (None, alias) and names.count(name) == 1)
