@@ -61,8 +61,10 @@ class SemiJoins:
             if not isinstance(col, exp.Column):
                 raise QueryRejected("IN (SELECT expression ...)", "select the privacy unit")
             iref, iinfo = _resolve_in(list(rel.instances), col)
+            # NOT IN: a row whose unit is NULL, or whose link points nowhere, belongs to nobody and
+            # is left out here as everywhere (bind: not_null_unit, the link's INNER join), so the
+            # subquery never holds a NULL: NOT IN is NOT EXISTS, whatever the engine's NULLs
             key = self._units(oref, oinfo, iref, iinfo, rel)
-            self._null_safe(node, rel, iref)
         elif isinstance(node, exp.Exists):
             inner = node.this
             inner = inner.this if isinstance(inner, exp.Subquery) else inner
@@ -101,24 +103,6 @@ class SemiJoins:
         self.found.append(SemiJoin(name, rel, pred, oref, key))
         flag = exp.Coalesce(this=exp.column("_in", table=name), expressions=[exp.Literal.number(0)])
         return exp.GT(this=flag, expression=exp.Literal.number(0))
-
-    def _null_safe(self, node: exp.In, rel: Relation, iref) -> None:
-        """NOT (x IN (SELECT c ...)) is NULL, never TRUE, for every row as soon as one inner row
-        has c NULL: SQL's answer would turn on whether any one person has such a row, which a
-        per-unit flag cannot give (it skips NULLs, as EXISTS does). Under a NOT, the inner
-        column must be NOT NULL in the engine (checked when the query runs, with the other facts)."""
-        negated, up = False, node.parent
-        while up is not None and not isinstance(up, (exp.Where, exp.Select)):
-            negated |= isinstance(up, exp.Not)
-            up = up.parent
-        if not negated:
-            return
-        inst = rel.instance(iref[0])
-        if inst is not None and inst.policy is not None and self.cat.not_null(inst.policy, iref[1]):
-            return
-        raise QueryRejected("NOT IN (SELECT ...) over a column that may be NULL",
-                            "one NULL in the subquery makes NOT IN false for every row",
-                            "write NOT EXISTS (SELECT 1 FROM ... WHERE inner.col = outer.col AND ...)")
 
     @staticmethod
     def _plain(inner: exp.Select) -> None:
