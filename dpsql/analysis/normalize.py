@@ -221,10 +221,9 @@ def _comma_joins(sel: exp.Select) -> None:
         else:
             break
         used.update(id(c) for c in mine)
-        on = mine[0].copy()
-        for c in mine[1:]:
-            on = exp.And(this=on, expression=c.copy())
-        j.set("on", on)
+        # exp.and_ parenthesises an OR among the conjuncts (flatten took their parentheses off:
+        # rebuilt bare, `(a OR b) AND c` would read `a OR b AND c`)
+        j.set("on", exp.and_(*(c.copy() for c in mine)))
         todo.remove(j)
         done.append(j)
         scope.add(me)
@@ -237,10 +236,7 @@ def _comma_joins(sel: exp.Select) -> None:
     if not rest:
         sel.set("where", None)
     else:
-        cond = rest[0].copy()
-        for c in rest[1:]:
-            cond = exp.And(this=cond, expression=c.copy())
-        sel.set("where", exp.Where(this=cond))
+        sel.set("where", exp.Where(this=exp.and_(*(c.copy() for c in rest))))
 
 
 def _implicit_names(tree: exp.Expression) -> None:

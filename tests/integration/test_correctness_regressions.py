@@ -140,6 +140,10 @@ CASES = {
     "integer_literal_truncates": "SELECT age / 10 AS b, COUNT(*) AS n FROM customer GROUP BY 1",
     "numeric_literal_product": "SELECT FLOOR(age * 0.1) AS b, COUNT(*) AS n FROM customer GROUP BY 1",
     "numeric_literal_sum": "SELECT SUM(age / 4.0) AS s, SUM(age / 4) AS t FROM customer",
+    # comma joins: the WHERE's other conjuncts keep their parentheses (TPC-H Q7's OR)
+    "comma_join_with_or": "SELECT o_orderpriority, COUNT(*) AS n FROM customer, orders, lineitem WHERE "
+                          "c_custkey = o_custkey AND l_orderkey = o_orderkey AND (c_mktsegment = 'AUTO' OR age > 50) "
+                          "AND l_quantity > 10 GROUP BY 1",
     # semi-joins correlated through a link key: an order's line items (TPC-H Q4's shape)
     "exists_through_link_key": "SELECT o_orderpriority, COUNT(*) AS n FROM orders WHERE EXISTS (SELECT 1 FROM "
                                "lineitem WHERE l_orderkey = o_orderkey AND l_quantity > 30) GROUP BY o_orderpriority",

@@ -85,6 +85,12 @@ SOURCES = [
            "NOT EXISTS (SELECT 1 FROM customer c2 WHERE c2.c_custkey = o.o_custkey AND c2.c_score > 2)"),
     Source("per_unit", "", "customer c JOIN " + PER_UNIT + " ON pu.o_custkey = c.c_custkey", ("c", "pu"),
            UNIT["c"], ""),
+    # comma joins with the join conditions in WHERE (TPC-H's spelling), and a semi-join through a link key
+    Source("comma_2hop", "", "customer c, orders o, lineitem l", ("c", "o", "l"), UNIT["c"], "",
+           "o.o_custkey = c.c_custkey AND l.l_orderkey = o.o_orderkey"),
+    Source("comma_public", "", "nation n, customer c", ("n", "c"), UNIT["c"], "", "c.c_nationkey = n.n_nationkey"),
+    Source("semi_link", "", "orders o", ("o",), UNIT["o"], "",
+           "EXISTS (SELECT 1 FROM lineitem l2 WHERE l2.l_orderkey = o.o_orderkey AND l2.l_quantity > 30)"),
 ]
 
 
