@@ -63,6 +63,7 @@ from dpsql.analysis.predicates import (
     date_bounds_problem,
     family,
     fold_dates,
+    fold_numbers,
     refuse_expression,
     tracking,
 )
@@ -148,7 +149,7 @@ def analyze(tree: exp.Expression, policy: Policy, schema: Schema, settings: Sett
     domains: reads a public table column's distinct values (the Session's engine), for GROUP BY
     keys that are public-table columns."""
     _refuse_statement_kind(tree)
-    tree = fold_dates(_qualified_names(tree, policy, schema))
+    tree = fold_numbers(fold_dates(_qualified_names(tree, policy, schema)))
     window = None
     if windows.has_windows(tree):          # post-processing of the released rows
         tree, window = windows.split(tree, output_name)

@@ -198,6 +198,7 @@ def _comma_joins(sel: exp.Select) -> None:
         return
     conjuncts = list(where.this.flatten()) if where is not None and isinstance(where.this, exp.And) else \
         ([where.this] if where is not None else [])
+    conjuncts = [h for c in conjuncts for h in _hoist_common(c)]
 
     def alias(node: exp.Expression) -> str:
         return node.alias_or_name
@@ -266,6 +267,31 @@ def _using_columns(tree: exp.Expression, using: set[str]) -> exp.Expression:
                 return args[0].copy()
         return node
     return tree.transform(one)
+
+
+def _hoist_common(cond: exp.Expression) -> list[exp.Expression]:
+    """`(a = b AND x) OR (a = b AND y)` as `a = b AND (x OR y)` (TPC-H Q19 writes its join
+    condition in every branch of an OR): the same rows by distributivity, and the equality can
+    then join the comma-separated tables. Only column equalities common to every branch move."""
+    node = cond.unnest()
+    if not isinstance(node, exp.Or):
+        return [cond]
+    branches = list(node.flatten())
+    sets = [list(b.flatten()) if isinstance(b, exp.And) else [b] for b in branches]
+    def key(c: exp.Expression) -> str:
+        return c.sql(dialect="postgres")
+    first = {key(c): c for c in sets[0] if isinstance(c, exp.EQ) and isinstance(c.this, exp.Column)
+             and isinstance(c.expression, exp.Column)}
+    common = [k for k in first if all(any(key(c) == k for c in cs) for cs in sets[1:])]
+    if not common:
+        return [cond]
+    rest = []
+    for cs in sets:
+        left = [c.copy() for c in cs if key(c) not in common]
+        if not left:                        # a branch that is only the equalities: the OR is always true
+            return [first[k].copy() for k in common]
+        rest.append(exp.and_(*left))
+    return [first[k].copy() for k in common] + [exp.paren(exp.or_(*rest), copy=False)]
 
 
 def _is_star(e: exp.Expression) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import re
+from fractions import Fraction
 from collections.abc import Callable
 
 from sqlglot import exp
@@ -618,5 +619,72 @@ def fold_dates(tree: exp.Expression) -> exp.Expression:
                                                         for a in (node.this, node.expression)):
             folded = fold(node)
             return folded
+        return node
+    return tree.transform(visit)
+
+
+def fold_numbers(tree: exp.Expression) -> exp.Expression:
+    """Constant numeric arithmetic (`l_discount BETWEEN 0.06 - 0.01 AND 0.06 + 0.01`, TPC-H Q6's
+    form) folded at analysis time to the literal PostgreSQL would compute: exactly, typed as
+    PostgreSQL types it (integers stay integers, and integer division truncates toward zero; a
+    numeric literal makes the result numeric). The value depends on the query text alone, so
+    folding releases nothing; the literal it leaves is checked like one the analyst wrote. What
+    does not fold to a terminating decimal (1.0 / 3), or divides by zero, is left as written (and
+    refused or answered as before)."""
+    def value(node: exp.Expression) -> tuple[Fraction, bool] | None:
+        """(exact value, integer-typed) of a constant numeric expression, or None."""
+        if isinstance(node, exp.Paren):
+            return value(node.this)
+        if isinstance(node, exp.Literal) and not node.is_string:
+            if not NUMBER.fullmatch(node.this):
+                return None
+            whole = node.this.isdigit() and int(node.this) < 2 ** 63
+            return Fraction(node.this), whole
+        if isinstance(node, exp.Neg):
+            v = value(node.this)
+            return None if v is None else (-v[0], v[1])
+        if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
+            a, b = value(node.this), value(node.expression)
+            if a is None or b is None:
+                return None
+            whole = a[1] and b[1]
+            if isinstance(node, exp.Add):
+                return a[0] + b[0], whole
+            if isinstance(node, exp.Sub):
+                return a[0] - b[0], whole
+            if isinstance(node, exp.Mul):
+                return a[0] * b[0], whole
+            if b[0] == 0:
+                return None
+            q = a[0] / b[0]
+            return (Fraction(int(q)), True) if whole else (q, False)     # int(): toward zero
+        return None
+
+    def literal(v: Fraction, whole: bool) -> exp.Expression | None:
+        den, digits = v.denominator, 0
+        while den % 10 == 0 or den % 2 == 0 or den % 5 == 0:
+            if den % 10 == 0:
+                den //= 10
+            elif den % 2 == 0:
+                den //= 2
+            else:
+                den //= 5
+            digits += 1
+        if den != 1 or digits > 30:
+            return None                    # not a terminating decimal
+        scale = max(digits, 0 if whole else 1)
+        n = abs(v) * 10 ** scale                  # a whole number: v terminates within `scale` places
+        text = str(int(n)).rjust(scale + 1, "0")
+        text = f"{text[:-scale]}.{text[-scale:]}" if scale else text
+        lit = exp.Literal.number(text)
+        return exp.Neg(this=lit) if v < 0 else lit
+
+    def visit(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
+            v = value(node)
+            if v is not None:
+                out = literal(*v)
+                if out is not None:
+                    return out
         return node
     return tree.transform(visit)

@@ -144,6 +144,12 @@ CASES = {
     "comma_join_with_or": "SELECT o_orderpriority, COUNT(*) AS n FROM customer, orders, lineitem WHERE "
                           "c_custkey = o_custkey AND l_orderkey = o_orderkey AND (c_mktsegment = 'AUTO' OR age > 50) "
                           "AND l_quantity > 10 GROUP BY 1",
+    "comma_join_or_branches": "SELECT SUM(l_quantity) AS q FROM lineitem, orders WHERE (l_orderkey = o_orderkey "
+                              "AND o_orderpriority = '1-URGENT' AND l_quantity < 20) OR (l_orderkey = o_orderkey "
+                              "AND o_orderpriority = '2-HIGH')",
+    # constant arithmetic folded as PostgreSQL computes it (TPC-H Q6; 7 / 2 is 3)
+    "constant_arithmetic": "SELECT COUNT(*) AS n FROM lineitem WHERE l_discount BETWEEN 0.06 - 0.01 AND 0.06 + 0.01 "
+                           "AND l_quantity < 20 + 4 AND l_tax >= 7 / 2 - 3",
     # semi-joins correlated through a link key: an order's line items (TPC-H Q4's shape)
     "exists_through_link_key": "SELECT o_orderpriority, COUNT(*) AS n FROM orders WHERE EXISTS (SELECT 1 FROM "
                                "lineitem WHERE l_orderkey = o_orderkey AND l_quantity > 30) GROUP BY o_orderpriority",
