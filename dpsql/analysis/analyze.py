@@ -292,7 +292,8 @@ def _refuse_statement_kind(tree: exp.Expression) -> None:
         return
     if isinstance(tree, (exp.Union, exp.Intersect, exp.Except)):
         raise QueryRejected("set operations (UNION/INTERSECT/EXCEPT)",
-                            "combining result sets would let one person's rows count twice")
+                            "combining result sets would let one person's rows count twice",
+                            "ask each SELECT as a query of its own (each charged), or one GROUP BY over the rows")
     names = {
         exp.Insert: "INSERT", exp.Update: "UPDATE", exp.Delete: "DELETE", exp.Create: "CREATE",
         exp.Drop: "DROP", exp.Alter: "ALTER", exp.Copy: "COPY", exp.Pragma: "PRAGMA",
@@ -511,9 +512,15 @@ class _Analysis:
             return
         for arg in ("rollup", "cube", "grouping_sets", "totals", "all"):
             if group.args.get(arg):
-                raise QueryRejected(f"GROUP BY {arg.upper()}", "grouping sets are not supported yet")
+                raise QueryRejected(f"GROUP BY {arg.upper().replace('_', ' ')}", "grouping sets are not supported yet",
+                                    "ask one GROUP BY query per grouping set (each charged)")
         if not group.expressions:
             raise QueryRejected("an empty GROUP BY", "name the columns to group by")
+        for node in group.expressions:
+            if isinstance(node, (exp.Rollup, exp.Cube, exp.GroupingSets)):
+                what = {exp.Rollup: "ROLLUP", exp.Cube: "CUBE", exp.GroupingSets: "GROUPING SETS"}[type(node)]
+                raise QueryRejected(f"GROUP BY {what}", "grouping sets are not supported yet",
+                                    "ask one GROUP BY query per grouping set (each charged)")
         for node in group.expressions:
             while isinstance(node, exp.Paren):     # (age > 3) is the key age > 3, as SELECT reads it
                 node = node.this

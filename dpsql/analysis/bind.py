@@ -238,7 +238,9 @@ def _join(j: exp.Join, left: list[Instance], cat: Catalog, classes: UnitClasses,
         if side == "LEFT":
             raise QueryRejected("this LEFT JOIN condition", "ON takes equalities between columns of the two sides "
                                 "(a.x = b.y), joined by AND; other conditions would change which rows are NULL-"
-                                "extended", "filter the joined table in WHERE or use an INNER JOIN")
+                                "extended", "keep the equalities in ON and put the condition in FILTER on what reads the joined "
+                                "table: COUNT(o.o_orderkey) FILTER (WHERE o.o_comment NOT LIKE '%x%'); or use an "
+                                "INNER JOIN and WHERE")
         extra.extend(check.check(c) for c in others)
     sql = []
     for cond, (ra, ia), (rb, ib) in pairs:

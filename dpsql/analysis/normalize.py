@@ -70,7 +70,8 @@ def check_shape(tree: exp.Expression) -> None:
                                 "too", "join ON the columns you mean, e.g. ON a.person_id = b.person_id")
         if isinstance(node, (exp.Union, exp.Intersect, exp.Except)):
             raise QueryRejected("set operations (UNION/INTERSECT/EXCEPT)",
-                                "combining result sets would let one person's rows count twice")
+                                "combining result sets would let one person's rows count twice",
+                                "ask each SELECT as a query of its own (each charged), or one GROUP BY over the rows")
         if isinstance(node, exp.With) and node.args.get("recursive"):
             raise QueryRejected("WITH RECURSIVE", "a recursive query's work and output are not bounded by the policy")
         if isinstance(node, exp.Window):

@@ -151,9 +151,16 @@ def refuse_expression(node: exp.Expression, where: str) -> QueryRejected:
         return QueryRejected(f"{node.sql_name()}()", "a minimum or maximum can be set by one person alone")
     if isinstance(node, exp.Window):
         return QueryRejected("window functions (OVER)", "they compute on true, un-noised values")
+    if isinstance(node, (exp.Subquery, exp.Select)) and not isinstance(node.parent, (exp.In, exp.Exists)):
+        # x > (SELECT AVG(x) ...): the inner value is an exact aggregate of the data, and the
+        # outer query would use it unnoised
+        return QueryRejected(f"a scalar subquery in {where}", "its value would be an exact, un-noised aggregate "
+                             "of the data", "ask it as a query of its own first (a noisy answer, charged), then "
+                             "write that number in its place: WHERE c_acctbal > 4500.12")
     if isinstance(node, (exp.Subquery, exp.Exists, exp.Select)) or (isinstance(node, exp.In) and node.args.get("query")):
-        return QueryRejected(f"a subquery in {where}", "only semi-joins on the privacy unit "
-                             "(unit IN (SELECT unit ...), EXISTS with unit equality) and FROM subqueries are supported")
+        return QueryRejected(f"a subquery in {where}", "only semi-joins are supported there: on the privacy unit "
+                             "(unit IN (SELECT unit ...), EXISTS with unit equality) or through a link key "
+                             "(EXISTS (SELECT 1 FROM lineitem WHERE l_orderkey = o_orderkey ...)), and FROM subqueries")
     if isinstance(node, (exp.Cast, exp.TryCast)):
         return QueryRejected("CAST", "a cast can fail on some rows, and the error would reveal them")
     if isinstance(node, (exp.Div, exp.IntDiv, exp.Mod)) and where == "WHERE":

@@ -1,3 +1,3 @@
 -- title: A scalar subquery in WHERE
--- expect: a subquery in WHERE is not allowed
+-- expect: a scalar subquery in WHERE is not allowed
 SELECT COUNT(*) FROM people WHERE age > (SELECT 40)

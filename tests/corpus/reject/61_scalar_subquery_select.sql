@@ -1,3 +1,3 @@
 -- title: A scalar subquery in SELECT
--- expect: a subquery in SELECT is not allowed
+-- expect: a scalar subquery in SELECT is not allowed
 SELECT state, (SELECT COUNT(*) FROM visits) FROM people GROUP BY state
