@@ -402,7 +402,7 @@ class Session:
         if hit is not None:
             return hit
         planned = self._plan_now(stmt)
-        if not (isinstance(planned, QueryPlan) and any(k.domain_source for k in planned.keys)):
+        if not (isinstance(planned, QueryPlan) and (planned.public_reads or any(k.domain_source for k in planned.keys))):
             self._plans.put(key, self.schema, planned)
         return planned
 
@@ -496,12 +496,19 @@ class Session:
             target *= 0.999999 * float(Fraction(self.rho) / got)
         raise InternalError("could not calibrate the query to dpsql.rho; nothing was released")
 
-    def _domain(self, table: str, column: str) -> tuple:
+    def _domain(self, table: str, column: str, what: str = "values") -> tuple:
         """A public table column's distinct values as text (a GROUP BY key's public domain): public
-        data, read once per query; at most MAX_PUBLIC_GROUPS + 1 of them."""
+        data, read once per query; at most MAX_PUBLIC_GROUPS + 1 of them. what="range": its
+        (MIN, MAX) as text instead (arithmetic on a public column: analyze._public_range)."""
         from sqlglot import exp as _exp
 
         from dpsql.analysis.analyze import MAX_PUBLIC_GROUPS
+        if what == "range":
+            c = _exp.column(column)
+            sel = _exp.select(*(_exp.Cast(this=f(this=c.copy()), to=_exp.DataType.build("TEXT"))
+                                for f in (_exp.Min, _exp.Max))).from_(_exp.to_table(table))
+            row = self.engine.run(sel.sql(self.engine.dialect), expect=self._expect([table], [table])).rows[0]
+            return row[0], row[1]
         col = _exp.Cast(this=_exp.column(column), to=_exp.DataType.build("TEXT"))
         sel = _exp.select(col).distinct().from_(_exp.to_table(table)).limit(MAX_PUBLIC_GROUPS + 1)
         rows = self.engine.run(sel.sql(self.engine.dialect), expect=self._expect([table], [table]))

@@ -80,7 +80,7 @@ MAX_PUBLIC_GROUPS = 1_000_000
 _AGGREGATES = (exp.Count, exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevPop,
                exp.StddevSamp) + sa.AGGREGATES
 _ARITH = {exp.Add: "add", exp.Sub: "sub", exp.Mul: "mul", exp.Div: "div"}
-DomainReader = Callable[[str, str], tuple]     # (public table, column) -> its distinct values as text
+DomainReader = Callable[..., tuple]     # (public table, column[, "range"]) -> its distinct values (or MIN, MAX) as text
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -397,6 +397,7 @@ class _Analysis:
                  settings: Settings, dialect: str, domains: DomainReader | None):
         self.norm, self.original, self.policy, self.schema = norm, original, policy, schema
         self.settings, self.dialect, self.domains = settings, dialect, domains
+        self.public_reads = False          # a public column's range was read from the engine
         self.engine = engine_dialect(dialect)
         self.cat = Catalog(policy, schema.columns, schema.facts, schema.public, self.engine, norm.ctes)
         self.measures: dict[tuple, Measure] = {}
@@ -503,7 +504,7 @@ class _Analysis:
         # tracking: the columns one expression reads carry at most one explicit collation
         # (predicates.one_collation); separate expressions may each have their own
         resolve = tracking(self.resolve)
-        return Expressions(resolve, self.engine, Predicates(resolve, self.engine), clause)
+        return Expressions(resolve, self.engine, Predicates(resolve, self.engine), clause, self._public_range)
 
     # -- GROUP BY
     def _group(self, sel: exp.Select) -> None:
@@ -581,6 +582,24 @@ class _Analysis:
         self.keys.append(GroupKey(f"_g{len(self.keys)}", label, domain, d.sql, d.sql_type,
                                   derived=_describe(d)))
         self.key_refs.append(ref)
+
+    def _public_range(self, ref: ColRef) -> tuple[Fraction, Fraction] | None:
+        """[min, max] of a public table's numeric column, read from the engine: public data, read
+        when the query is planned (a plan that reads it is not kept). Arithmetic on it then has a
+        derived range like a declared column's (TPC-H Q9: ps_supplycost * l_quantity). None where
+        the table holds a value that is not a finite number."""
+        inst = self.rel.instance(ref[0])
+        if inst is None or inst.kind != "public" or self.domains is None:
+            return None
+        lo, hi = self.domains(inst.ref, ref[1], "range")
+        try:
+            span = (Fraction(lo), Fraction(hi)) if lo is not None else (Fraction(0), Fraction(0))
+        except (ValueError, ZeroDivisionError):     # 'NaN', 'Infinity'
+            return None
+        if max(abs(span[0]), abs(span[1])) > 10 ** 15:
+            return None
+        self.public_reads = True
+        return span
 
     def _nullable(self, ref: ColRef) -> bool:
         """Can this column of the relation be NULL? Unless the engine guarantees NOT NULL (a fact
@@ -846,7 +865,7 @@ class _Analysis:
             group_choice=group_choice, domain_size=domain_size, units_only=units_only,
             unit_not_null=rel.unit_not_null, subset=reconstruction.classify(subset_where, ids),
             relation=rel, rows_per_unit=rows, wraps=wraps, names=tuple(self.norm.names), quantiles=quantiles,
-            distincts=distincts)
+            distincts=distincts, public_reads=self.public_reads)
 
 
 def _canonical_names(where: exp.Expression, rel: Relation) -> exp.Expression:

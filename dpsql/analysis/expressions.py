@@ -30,7 +30,7 @@ import datetime as _dt
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
@@ -128,8 +128,10 @@ class Expressions:
     column; predicates checks conditions (CASE WHEN, a condition as a value)."""
 
     def __init__(self, resolve: Callable[[exp.Column, str], tuple[ColRef, ColumnInfo]], dialect: EngineDialect,
-                 predicates: Predicates, clause: str):
+                 predicates: Predicates, clause: str,
+                 public_range: Callable[[ColRef], tuple[Fraction, Fraction] | None] | None = None):
         self.resolve, self.dialect, self.predicates, self.clause = resolve, dialect, predicates, clause
+        self.public_range = public_range
 
     # -- entry
     def derive(self, node: exp.Expression) -> Derived:
@@ -198,6 +200,12 @@ class Expressions:
         ref, info = self.resolve(node, self.clause)
         col = exp.column(ref[1], table=ref[0])
         fam = family(info.sql_type)
+        if fam in NUMERIC and info.public and not info.bounded and self.public_range is not None:
+            # a public table's values are public: its column's range is read from the table itself
+            # (dpsql.analysis.analyze._public_range) and clamps it like declared bounds
+            span = self.public_range(ref)
+            if span is not None:
+                info = replace(info, bounds=span, integral=fam == "int" and all(b.denominator == 1 for b in span))
         if fam in NUMERIC:
             if not info.bounded:
                 return Derived(col, "num", info.sql_type, refs=frozenset({ref}), column=(ref, info),

@@ -180,6 +180,7 @@ class QueryPlan:
     distincts: tuple = ()          # analysis.distinct.DistinctCount: COUNT(DISTINCT col) of a non-unit column
     auto: Any = None               # bounds = "auto": dpsql.analysis.auto_bounds.AutoBound
     topk: Any = None               # SET dpsql.topk = 'noisy_max': dpsql.analysis.topk.TopK
+    public_reads: bool = False     # a public column's range was read from its table (the plan is not kept)
 
     @property
     def tables(self) -> tuple[tuple[str, str], ...]:

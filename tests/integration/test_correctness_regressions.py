@@ -52,7 +52,7 @@ def _policy(ledger: str) -> dict:
                                      "l_tax": {"lower": 0, "upper": 0.08},
                                      "l_returnflag": {"values": ["A", "N", "R"]}}},
         },
-        "public": {"tables": []},
+        "public": {"tables": ["weights"]},
     }
 
 
@@ -80,6 +80,8 @@ def _make(path: str) -> str:
                 lines.append((o, rnd.randint(1, 50), round(rnd.uniform(1, 1000), 2),
                               rnd.choice([0, 0.02, 0.05, 0.08, 0.10]), rnd.choice([0, 0.04, 0.08]),
                               rnd.choice(["A", "N", "R"])))
+    con.execute("CREATE TABLE weights (priority VARCHAR PRIMARY KEY, weight DECIMAL(6, 3) NOT NULL)")
+    con.execute("INSERT INTO weights VALUES ('1-URGENT', 1.5), ('2-HIGH', 1.25), ('3-MEDIUM', -0.125)")
     con.executemany("INSERT INTO customer VALUES (?, ?, ?, ?)", customers)
     con.executemany("INSERT INTO orders VALUES (?, ?, ?, ?)", orders)
     con.executemany("INSERT INTO lineitem VALUES (?, ?, ?, ?, ?, ?)", lines)
@@ -150,6 +152,9 @@ CASES = {
     # constant arithmetic folded as PostgreSQL computes it (TPC-H Q6; 7 / 2 is 3)
     "constant_arithmetic": "SELECT COUNT(*) AS n FROM lineitem WHERE l_discount BETWEEN 0.06 - 0.01 AND 0.06 + 0.01 "
                            "AND l_quantity < 20 + 4 AND l_tax >= 7 / 2 - 3",
+    # arithmetic on a public table's column: its range is read from the table (TPC-H Q9's ps_supplycost)
+    "public_column_arithmetic": "SELECT SUM(o_totalprice * w.weight) AS s, AVG(w.weight - 1) AS a FROM orders "
+                                "JOIN weights w ON o_orderpriority = w.priority",
     # semi-joins correlated through a link key: an order's line items (TPC-H Q4's shape)
     "exists_through_link_key": "SELECT o_orderpriority, COUNT(*) AS n FROM orders WHERE EXISTS (SELECT 1 FROM "
                                "lineitem WHERE l_orderkey = o_orderkey AND l_quantity > 30) GROUP BY o_orderpriority",
