@@ -65,20 +65,18 @@ def generate(con: duckdb.DuckDBPyConnection, people: int, *, seed: int = 0,
     if not 0 <= visits_per_person <= MAX_VISITS - 1:
         raise ValueError(f"visits_per_person must be in [0, {MAX_VISITS - 1}]")
     statements = [
-        # NOT NULL where the generated data have no NULLs: a key that may be NULL releases a NULL
-        # group too (dpsql.analysis.analyze._nullable)
-        "CREATE OR REPLACE TABLE people (person_id BIGINT NOT NULL, age INTEGER NOT NULL, income DOUBLE NOT NULL, "
-        "state VARCHAR NOT NULL, sex VARCHAR NOT NULL, education VARCHAR NOT NULL)",
+        "CREATE OR REPLACE TABLE people (person_id BIGINT NOT NULL, age INTEGER, income DOUBLE, "
+        "state VARCHAR, sex VARCHAR, education VARCHAR)",
         "INSERT INTO people SELECT person_id, age, income, state, sex, education "
         f"FROM ({_people_sql(people, seed, visits_per_person)})",
-        "CREATE OR REPLACE TABLE visits (visit_id BIGINT, person_id BIGINT NOT NULL, visit_date DATE NOT NULL, "
-        "state VARCHAR NOT NULL, cost DOUBLE NOT NULL, kind VARCHAR NOT NULL)",
+        "CREATE OR REPLACE TABLE visits (visit_id BIGINT, person_id BIGINT NOT NULL, visit_date DATE, "
+        "state VARCHAR, cost DOUBLE, kind VARCHAR)",
         f"INSERT INTO visits {_visits_sql(people, seed, visits_per_person)}",
     ]
     if primary_key_copy:
         statements += [
-            "CREATE OR REPLACE TABLE people_pk (person_id BIGINT PRIMARY KEY, age INTEGER NOT NULL, "
-            "income DOUBLE NOT NULL, state VARCHAR NOT NULL, sex VARCHAR NOT NULL, education VARCHAR NOT NULL)",
+            "CREATE OR REPLACE TABLE people_pk (person_id BIGINT PRIMARY KEY, age INTEGER, income DOUBLE, "
+            "state VARCHAR, sex VARCHAR, education VARCHAR)",
             "INSERT INTO people_pk SELECT * FROM people",
         ]
     else:

@@ -192,8 +192,6 @@ class EngineDialect:
     having_to_where: bool = False
     wall_clock_timestamps: bool = True
     sorted_per_unit: bool = False
-    not_null_facts: bool = True     # the catalog states NOT NULL (Spark's does not: a key's NULL group
-                                    # is then never released from a public domain, rather than always)
 
     def wide(self, value: int) -> exp.Expression:
         """An integer literal in the engine's widest exact integer type."""
@@ -208,7 +206,7 @@ DIALECTS: dict[str, EngineDialect] = {
                               having_to_where=True, sorted_per_unit=True),
     "spark": EngineDialect("spark", _spark_hash, "min_by", False, "DECIMAL(38, 0)", True, True, "DOUBLE",
                            False, False, True, ntz_timestamp_literals=True, linear_like=True,
-                           wall_clock_timestamps=False, not_null_facts=False),
+                           wall_clock_timestamps=False),
 }
 
 

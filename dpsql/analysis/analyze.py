@@ -548,11 +548,7 @@ class _Analysis:
                 domain = tuple(v for v in domain if (keep is None or v in keep) and v not in drop)
                 if not domain:
                     raise QueryRejected(f"GROUP BY {info.name}", "WHERE keeps none of its public domain's values")
-                null = keep is None and self._nullable(ref)
-            elif domain is not None:
-                null = self._nullable(ref)
-            if null and domain is not None and None not in domain:
-                domain = domain + (None,)
+
             self.keys.append(GroupKey(f"_g{len(self.keys)}", info.name, domain, exp.column(info.name, table=ref[0]),
                                       info.sql_type, source, null))
             self.key_refs.append(ref)
@@ -574,10 +570,7 @@ class _Analysis:
             domain = tuple(int(v) for v in domain) if d.integral else None    # whole numbers print alike everywhere
         if domain is not None and not domain:
             domain = None
-        if domain is not None and (any(self._nullable(r) for r in d.refs)
-                                   or any(isinstance(c, exp.Case) and c.args.get("default") is None
-                                          or isinstance(c, (exp.Null, exp.Nullif)) for c in node.walk())):
-            domain = domain + (None,)       # a NULL input gives the NULL group, as SQL's GROUP BY does
+
         label = node.sql("postgres")
         self.keys.append(GroupKey(f"_g{len(self.keys)}", label, domain, d.sql, d.sql_type,
                                   derived=_describe(d)))
@@ -600,23 +593,6 @@ class _Analysis:
             return None
         self.public_reads = True
         return span
-
-    def _nullable(self, ref: ColRef) -> bool:
-        """Can this column of the relation be NULL? Unless the engine guarantees NOT NULL (a fact
-        the query's transaction checks again) and no LEFT JOIN puts it on the NULL side. A key that
-        can be NULL has the NULL group in its domain, as GROUP BY gives one; releasing it when there
-        are no NULLs costs nothing but a row of noise. An engine whose catalog cannot say NOT NULL
-        (Spark) keeps the earlier rule: no NULL group from a public domain (its NULL rows are not
-        released), rather than a NULL row of noise in every answer."""
-        if not self.engine.not_null_facts:
-            return False
-        inst = self.rel.instance(ref[0])
-        if inst is None or inst.kind != "protected":
-            return True
-        if any(j.kind == "left" and j.instance.alias == inst.alias for j in self.rel.joins):
-            return True
-        facts = self.schema.facts.get(inst.ref)
-        return facts is None or ref[1] not in (getattr(facts, "not_null", None) or ())
 
     def _public_domain(self, source: tuple[str, str], null: bool) -> tuple:
         """A public table's column as a key: its values are public, so the key releases each of

@@ -87,11 +87,7 @@ def domain_filters(plan: QueryPlan, *, names: bool = False) -> list[exp.Expressi
             items = [exp.Literal.string(v) if isinstance(v, str) else exp.Boolean(this=v) if isinstance(v, bool)
                      else exp.Cast(this=exp.Literal.string(v.isoformat()), to=exp.DataType.build("DATE"))
                      if isinstance(v, _dt.date) else number(v) for v in k.domain if v is not None]
-            key = exp.column(k.name) if names else k.expr.copy()
-            test = exp.In(this=key, expressions=items)
-            if None in k.domain:            # a nullable column's NULL group
-                test = exp.Paren(this=exp.Or(this=test, expression=exp.Is(this=key.copy(), expression=exp.Null())))
-            out.append(test)
+            out.append(exp.In(this=exp.column(k.name) if names else k.expr.copy(), expressions=items))
     return out
 
 
