@@ -694,4 +694,9 @@ def fold_numbers(tree: exp.Expression) -> exp.Expression:
                 if out is not None:
                     return out
         return node
-    return tree.transform(visit)
+    # Conditions only (WHERE, HAVING, ON, FILTER): a SELECT item or GROUP BY key `1 * 0` must stay
+    # as written to match its GROUP BY expression, and GROUP BY 0 would be a position
+    for cond in [n for n in tree.find_all(exp.Where, exp.Having)] + \
+            [j.args["on"] for j in tree.find_all(exp.Join) if j.args.get("on") is not None]:
+        cond.replace(cond.transform(visit))
+    return tree

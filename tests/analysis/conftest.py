@@ -210,6 +210,15 @@ def _type_class(sql_type: str) -> str:
             "timestamp": "TIMESTAMP_COL"}[family(sql_type)]
 
 
+def _links_to(inner_item, inner_col, outer_item, outer_col) -> bool:
+    """S3: the inner column is its protected table's link column, pointing at the outer item's
+    table and column, of the same type."""
+    link = inner_item.rel.link
+    return (inner_item.rel.kind == "protected" and link is not None and inner_col.name == link.column
+            and outer_item.rel.kind == "protected" and outer_item.rel.table == link.table
+            and outer_col.name == link.key and inner_col.type == outer_col.type)
+
+
 def table_classes(name: str) -> dict[str, tuple[str, frozenset[str]]]:
     """column -> (type, classes) for a protected (by name or source) or public table."""
     t = POLICY.table(name) or next((t for t in POLICY.tables.values() if t.source == name), None)
@@ -1363,8 +1372,7 @@ class _Walk(Values):
 
     def in_subquery(self, node: Tree, scope: Scope) -> None:
         outer_col, inner_col = (c for c in self.trees(node, "col"))
-        self.column(outer_col, scope, frozenset({"UNIT"}) | ANY_COL, "unit column of the query",
-                    lambda i, c: scope.is_unit(i, c))
+        outer = self.resolve(outer_col, scope)
         frm = self.trees(node, "from_clause")[0]
         try:
             inner = self.from_clause(frm, scope.env)
@@ -1372,7 +1380,12 @@ class _Walk(Values):
             self.replace(frm, "FROM people")
             inner = Scope(scope.env)
             inner.add(Item(next(self.ids), "people", self.base("people")))
-        self.column(inner_col, inner, ANY_COL, "unit column of the subquery", lambda i, c: inner.is_unit(i, c))
+        found = self.resolve(inner_col, inner)
+        linked = outer is not None and found is not None and _links_to(found[0], found[1], *outer)   # S3
+        if not linked:
+            self.column(outer_col, scope, frozenset({"UNIT"}) | ANY_COL, "unit column of the query",
+                        lambda i, c: scope.is_unit(i, c))
+            self.column(inner_col, inner, ANY_COL, "unit column of the subquery", lambda i, c: inner.is_unit(i, c))
         where = self.trees(node, "where_clause")
         if where:
             self.where(where[0], inner)
@@ -1458,6 +1471,8 @@ class _Walk(Values):
             return False                                  # no FROM item inside reuses a name of one outside
         _, oi, ocol = sides[outer[0]]
         ii, icol = sides[1 - outer[0]]
+        if ocol.type == icol.type and _links_to(ii, icol, oi, ocol):      # S3: through a link key
+            return True
         return inner.parent.is_unit(oi, ocol) and inner.is_unit(ii, icol) and ocol.type == icol.type
 
     # -- the aggregate query
