@@ -107,11 +107,23 @@ def _safe_dsn(dsn: str) -> str:
     return psycopg.conninfo.make_conninfo(**p)
 
 
+def pg_name(prefix: str) -> str:
+    """A PostgreSQL name of this test process's own: `prefix` and the process id. Several test
+    processes share the server (the workers of a parallel run, other checkouts' runs), and each
+    runs its session fixtures once, so a fixed name would be created and dropped under another."""
+    name = f"{prefix}_{os.getpid()}"
+    if len(name.encode()) > 63:           # PostgreSQL would truncate it silently
+        raise ValueError(f"PostgreSQL name too long: {name}")
+    return name
+
+
 @contextlib.contextmanager
 def postgres_database(server: str, name: str):
-    """A fresh database on the server, dropped (connections and all) afterwards; yields its URL."""
+    """A fresh database on the server named pg_name(name) (`name` and this process's id),
+    dropped (connections and all) afterwards; yields its URL."""
     import psycopg
     from psycopg import sql
+    name = pg_name(name)
     with psycopg.connect(server, autocommit=True) as admin:
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
@@ -167,7 +179,7 @@ def copy_to_postgres(duckdb_path: str, dsn: str, *, schema: str = "public") -> N
 @pytest.fixture(scope="session")
 def people_pg(postgres_server, people_db) -> str:
     """The people_db tables in a PostgreSQL database of their own (one per test session)."""
-    with postgres_database(postgres_server, f"dpsql_test_{os.getpid()}") as dsn:
+    with postgres_database(postgres_server, "dpsql_test") as dsn:
         copy_to_postgres(people_db, dsn)
         yield dsn
 
