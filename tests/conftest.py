@@ -32,6 +32,130 @@ def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true", help="rewrite tests/golden/* from the current output")
 
 
+# ------------------------------------------------------------------ parallel runs (pytest-xdist)
+#
+# The README's test command runs the suite in worker processes (`-n auto --dist loadgroup`). Each
+# worker runs the session fixtures of its own, so what they name must be the process's own
+# (pg_name below; files under tmp_path_factory are per worker already). Two kinds of tests are
+# scheduled with care, for any test file, including ones added later:
+#   * Spark (marker `spark`, or using the spark_session fixture): group "spark", so they all run
+#     on one worker and only one SparkSession (a JVM of 1 GiB) is started;
+#   * timing measurements (marker `timing`, or `alone`): group "timing", and each runs alone:
+#     the other workers wait until it is done (a busy neighbour on a 2-core machine is what the
+#     side-channel tests would measure).
+
+SPARK_GROUP, TIMING_GROUP = "spark", "timing"
+
+
+def pytest_configure(config):
+    # `-n N` alone means --dist load, which ignores the groups: this suite needs them
+    if getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadgroup"
+    if getattr(config, "workerinput", {}).get("dpsql_groups"):
+        config.pluginmanager.register(_GroupIds(), "dpsql-xdist-group-ids")
+
+
+@pytest.hookimpl(optionalhook=True)   # an xdist hook: the controller, once per worker it starts
+def pytest_configure_node(node):
+    node.workerinput["dpsql_groups"] = node.config.option.dist == "loadgroup"
+
+
+def _uses_spark(item) -> bool:
+    return item.get_closest_marker("spark") is not None or "spark_session" in getattr(item, "fixturenames", ())
+
+
+def _group(item) -> str | None:
+    names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")})
+    return "_".join(names) or None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _uses_spark(item):
+            item.add_marker(pytest.mark.xdist_group(SPARK_GROUP))
+        elif item.get_closest_marker("timing") is not None or item.get_closest_marker("alone") is not None:
+            item.add_marker(pytest.mark.xdist_group(TIMING_GROUP))
+        if item.get_closest_marker("timing") is not None:
+            item.add_marker(pytest.mark.alone)
+
+
+class _GroupIds:
+    """The xdist_group of each test in its node id (`id@group`), as `--dist loadgroup` schedules
+    by. xdist does this itself by setting the old string field of the node id, which pytest 9.2's
+    structured ids no longer read: its grouping silently stops (pytest-dev/pytest-xdist#1386).
+    Runs in xdist workers, after xdist's own hook; a no-op where xdist's suffix took effect."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        for item in items:
+            group = _group(item)
+            if group is None or item.nodeid.endswith("@" + group):
+                continue
+            grouped = f"{item.nodeid}@{group}"
+            if hasattr(item, "_id"):                  # pytest >= 9.2
+                from _pytest.nodeid import NodeId
+                item._id = NodeId.parse(grouped)
+            else:
+                item._nodeid = grouped
+
+
+class _RunLock:
+    """A readers-writer lock shared by the workers of one parallel run (flock on two files in
+    the run's base temporary directory): every test holds it shared, an `alone` test exclusive.
+    The gate makes an exclusive waiter block new shared holders, so it is not starved."""
+
+    def __init__(self, directory: Path):
+        import fcntl
+        self._flock = fcntl.flock
+        self._sh, self._ex, self._un = fcntl.LOCK_SH, fcntl.LOCK_EX, fcntl.LOCK_UN
+        directory.mkdir(parents=True, exist_ok=True)
+        self._gate = open(directory / "dpsql-tests.gate", "a")
+        self._rw = open(directory / "dpsql-tests.lock", "a")
+
+    @contextlib.contextmanager
+    def held(self, exclusive: bool):
+        self._flock(self._gate, self._ex)
+        try:
+            self._flock(self._rw, self._ex if exclusive else self._sh)
+        finally:
+            if not exclusive:
+                self._flock(self._gate, self._un)
+        try:
+            yield
+        finally:
+            self._flock(self._rw, self._un)
+            if exclusive:
+                self._flock(self._gate, self._un)
+
+
+def _run_lock(config) -> _RunLock | None:
+    """The run's lock in an xdist worker (None elsewhere, or without fcntl: nothing to wait for)."""
+    if not hasattr(config, "workerinput"):
+        return None
+    if not hasattr(config, "_dpsql_run_lock"):
+        try:
+            # workers' base temporary directories are .../pytest-N/popen-gwK: the parent is the run's
+            config._dpsql_run_lock = _RunLock(config._tmp_path_factory.getbasetemp().parent)
+        except ImportError:
+            config._dpsql_run_lock = None
+    return config._dpsql_run_lock
+
+
+_running: dict = {}     # "item": the test whose setup, call or teardown runs now
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Setup, call and teardown of each test (fixtures of any scope included) under the run's lock."""
+    _running["item"] = item
+    lock = _run_lock(item.config)
+    if lock is None:
+        return (yield)
+    with lock.held(exclusive=item.get_closest_marker("alone") is not None):
+        return (yield)
+
+
 @pytest.fixture(scope="session")
 def update_golden(request) -> bool:
     return request.config.getoption("--update-golden")
@@ -201,9 +325,14 @@ def export_parquet(duckdb_path: str, directory: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def spark_session(tmp_path_factory):
+def spark_session(request, tmp_path_factory):
     """The one local SparkSession of the test session (engines on spark://local[2] reuse its
     SparkContext); skip when pyspark or Java is missing (fail when CI=true)."""
+    item = _running.get("item")
+    if hasattr(request.config, "workerinput") and item is not None and not item.nodeid.endswith("@" + SPARK_GROUP):
+        pytest.fail(f"{item.nodeid} would start a second SparkSession (JVM) in a parallel run: it is not scheduled "
+                    f"in the xdist group {SPARK_GROUP!r}. Mark the test spark (it requests spark_session through "
+                    "request.getfixturevalue?) and run with --dist loadgroup.")
     try:
         from pyspark.sql import SparkSession
         spark = (SparkSession.builder.master(SPARK_MASTER).appName("dpsql-tests")
