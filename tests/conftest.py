@@ -103,7 +103,9 @@ class _GroupIds:
 class _RunLock:
     """A readers-writer lock shared by the workers of one parallel run (flock on two files in
     the run's base temporary directory): every test holds it shared, an `alone` test exclusive.
-    The gate makes an exclusive waiter block new shared holders, so it is not starved."""
+    The gate makes an exclusive waiter block new shared holders, so it is not starved. A run of
+    `alone` tests on one worker keeps it exclusive from the first to the last (they are one
+    xdist group, so consecutive): the others do not wait again before each."""
 
     def __init__(self, directory: Path):
         import fcntl
@@ -112,21 +114,26 @@ class _RunLock:
         directory.mkdir(parents=True, exist_ok=True)
         self._gate = open(directory / "dpsql-tests.gate", "a")
         self._rw = open(directory / "dpsql-tests.lock", "a")
+        self._exclusive = False           # held exclusive since an earlier test
 
-    @contextlib.contextmanager
-    def held(self, exclusive: bool):
+    def acquire(self, exclusive: bool) -> None:
+        if self._exclusive:
+            if exclusive:
+                return
+            self.release()
         self._flock(self._gate, self._ex)
         try:
             self._flock(self._rw, self._ex if exclusive else self._sh)
         finally:
             if not exclusive:
                 self._flock(self._gate, self._un)
-        try:
-            yield
-        finally:
-            self._flock(self._rw, self._un)
-            if exclusive:
-                self._flock(self._gate, self._un)
+        self._exclusive = exclusive
+
+    def release(self) -> None:
+        self._flock(self._rw, self._un)
+        if self._exclusive:
+            self._flock(self._gate, self._un)
+        self._exclusive = False
 
 
 def _run_lock(config) -> _RunLock | None:
@@ -152,8 +159,12 @@ def pytest_runtest_protocol(item, nextitem):
     lock = _run_lock(item.config)
     if lock is None:
         return (yield)
-    with lock.held(exclusive=item.get_closest_marker("alone") is not None):
+    lock.acquire(exclusive=item.get_closest_marker("alone") is not None)
+    try:
         return (yield)
+    finally:
+        if not (lock._exclusive and nextitem is not None and nextitem.get_closest_marker("alone") is not None):
+            lock.release()
 
 
 @pytest.fixture(scope="session")
