@@ -48,6 +48,8 @@ SPARK_GROUP, TIMING_GROUP = "spark", "timing"
 
 
 def pytest_configure(config):
+    if not config.pluginmanager.hasplugin("xdist"):       # pytest -p no:xdist, or xdist not installed
+        config.addinivalue_line("markers", "xdist_group(name): the pytest-xdist worker group (tests/conftest.py)")
     # `-n N` alone means --dist load, which ignores the groups: this suite needs them
     if getattr(config.option, "dist", "no") == "load":
         config.option.dist = "loadgroup"
