@@ -32,6 +32,143 @@ def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true", help="rewrite tests/golden/* from the current output")
 
 
+# ------------------------------------------------------------------ parallel runs (pytest-xdist)
+#
+# The README's test command runs the suite in worker processes (`-n auto --dist loadgroup`). Each
+# worker runs the session fixtures of its own, so what they name must be the process's own
+# (pg_name below; files under tmp_path_factory are per worker already). Two kinds of tests are
+# scheduled with care, for any test file, including ones added later:
+#   * Spark (marker `spark`, or using the spark_session fixture): group "spark", so they all run
+#     on one worker and only one SparkSession (a JVM of 1 GiB) is started;
+#   * timing measurements (marker `timing`, or `alone`): group "timing", and each runs alone:
+#     the other workers wait until it is done (a busy neighbour on a 2-core machine is what the
+#     side-channel tests would measure).
+
+SPARK_GROUP, TIMING_GROUP = "spark", "timing"
+
+
+def pytest_configure(config):
+    if not config.pluginmanager.hasplugin("xdist"):       # pytest -p no:xdist, or xdist not installed
+        config.addinivalue_line("markers", "xdist_group(name): the pytest-xdist worker group (tests/conftest.py)")
+    # `-n N` alone means --dist load, which ignores the groups: this suite needs them
+    if getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadgroup"
+    if getattr(config, "workerinput", {}).get("dpsql_groups"):
+        config.pluginmanager.register(_GroupIds(), "dpsql-xdist-group-ids")
+
+
+@pytest.hookimpl(optionalhook=True)   # an xdist hook: the controller, once per worker it starts
+def pytest_configure_node(node):
+    node.workerinput["dpsql_groups"] = node.config.option.dist == "loadgroup"
+
+
+def _uses_spark(item) -> bool:
+    return item.get_closest_marker("spark") is not None or "spark_session" in getattr(item, "fixturenames", ())
+
+
+def _group(item) -> str | None:
+    names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")})
+    return "_".join(names) or None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _uses_spark(item):
+            item.add_marker(pytest.mark.xdist_group(SPARK_GROUP))
+        elif item.get_closest_marker("timing") is not None or item.get_closest_marker("alone") is not None:
+            item.add_marker(pytest.mark.xdist_group(TIMING_GROUP))
+        if item.get_closest_marker("timing") is not None:
+            item.add_marker(pytest.mark.alone)
+
+
+class _GroupIds:
+    """The xdist_group of each test in its node id (`id@group`), as `--dist loadgroup` schedules
+    by. xdist does this itself by setting the old string field of the node id, which pytest 9.2's
+    structured ids no longer read: its grouping silently stops (pytest-dev/pytest-xdist#1386).
+    Runs in xdist workers, after xdist's own hook; a no-op where xdist's suffix took effect."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        for item in items:
+            group = _group(item)
+            if group is None or item.nodeid.endswith("@" + group):
+                continue
+            grouped = f"{item.nodeid}@{group}"
+            if hasattr(item, "_id"):                  # pytest >= 9.2
+                from _pytest.nodeid import NodeId
+                item._id = NodeId.parse(grouped)
+            else:
+                item._nodeid = grouped
+
+
+class _RunLock:
+    """A readers-writer lock shared by the workers of one parallel run (flock on two files in
+    the run's base temporary directory): every test holds it shared, an `alone` test exclusive.
+    The gate makes an exclusive waiter block new shared holders, so it is not starved. A run of
+    `alone` tests on one worker keeps it exclusive from the first to the last (they are one
+    xdist group, so consecutive): the others do not wait again before each."""
+
+    def __init__(self, directory: Path):
+        import fcntl
+        self._flock = fcntl.flock
+        self._sh, self._ex, self._un = fcntl.LOCK_SH, fcntl.LOCK_EX, fcntl.LOCK_UN
+        directory.mkdir(parents=True, exist_ok=True)
+        self._gate = open(directory / "dpsql-tests.gate", "a")
+        self._rw = open(directory / "dpsql-tests.lock", "a")
+        self._exclusive = False           # held exclusive since an earlier test
+
+    def acquire(self, exclusive: bool) -> None:
+        if self._exclusive:
+            if exclusive:
+                return
+            self.release()
+        self._flock(self._gate, self._ex)
+        try:
+            self._flock(self._rw, self._ex if exclusive else self._sh)
+        finally:
+            if not exclusive:
+                self._flock(self._gate, self._un)
+        self._exclusive = exclusive
+
+    def release(self) -> None:
+        self._flock(self._rw, self._un)
+        if self._exclusive:
+            self._flock(self._gate, self._un)
+        self._exclusive = False
+
+
+def _run_lock(config) -> _RunLock | None:
+    """The run's lock in an xdist worker (None elsewhere, or without fcntl: nothing to wait for)."""
+    if not hasattr(config, "workerinput"):
+        return None
+    if not hasattr(config, "_dpsql_run_lock"):
+        try:
+            # workers' base temporary directories are .../pytest-N/popen-gwK: the parent is the run's
+            config._dpsql_run_lock = _RunLock(config._tmp_path_factory.getbasetemp().parent)
+        except ImportError:
+            config._dpsql_run_lock = None
+    return config._dpsql_run_lock
+
+
+_running: dict = {}     # "item": the test whose setup, call or teardown runs now
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Setup, call and teardown of each test (fixtures of any scope included) under the run's lock."""
+    _running["item"] = item
+    lock = _run_lock(item.config)
+    if lock is None:
+        return (yield)
+    lock.acquire(exclusive=item.get_closest_marker("alone") is not None)
+    try:
+        return (yield)
+    finally:
+        if not (lock._exclusive and nextitem is not None and nextitem.get_closest_marker("alone") is not None):
+            lock.release()
+
+
 @pytest.fixture(scope="session")
 def update_golden(request) -> bool:
     return request.config.getoption("--update-golden")
@@ -107,11 +244,23 @@ def _safe_dsn(dsn: str) -> str:
     return psycopg.conninfo.make_conninfo(**p)
 
 
+def pg_name(prefix: str) -> str:
+    """A PostgreSQL name of this test process's own: `prefix` and the process id. Several test
+    processes share the server (the workers of a parallel run, other checkouts' runs), and each
+    runs its session fixtures once, so a fixed name would be created and dropped under another."""
+    name = f"{prefix}_{os.getpid()}"
+    if len(name.encode()) > 63:           # PostgreSQL would truncate it silently
+        raise ValueError(f"PostgreSQL name too long: {name}")
+    return name
+
+
 @contextlib.contextmanager
 def postgres_database(server: str, name: str):
-    """A fresh database on the server, dropped (connections and all) afterwards; yields its URL."""
+    """A fresh database on the server named pg_name(name) (`name` and this process's id),
+    dropped (connections and all) afterwards; yields its URL."""
     import psycopg
     from psycopg import sql
+    name = pg_name(name)
     with psycopg.connect(server, autocommit=True) as admin:
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
@@ -167,7 +316,7 @@ def copy_to_postgres(duckdb_path: str, dsn: str, *, schema: str = "public") -> N
 @pytest.fixture(scope="session")
 def people_pg(postgres_server, people_db) -> str:
     """The people_db tables in a PostgreSQL database of their own (one per test session)."""
-    with postgres_database(postgres_server, f"dpsql_test_{os.getpid()}") as dsn:
+    with postgres_database(postgres_server, "dpsql_test") as dsn:
         copy_to_postgres(people_db, dsn)
         yield dsn
 
@@ -189,9 +338,14 @@ def export_parquet(duckdb_path: str, directory: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def spark_session(tmp_path_factory):
+def spark_session(request, tmp_path_factory):
     """The one local SparkSession of the test session (engines on spark://local[2] reuse its
     SparkContext); skip when pyspark or Java is missing (fail when CI=true)."""
+    item = _running.get("item")
+    if hasattr(request.config, "workerinput") and item is not None and not item.nodeid.endswith("@" + SPARK_GROUP):
+        pytest.fail(f"{item.nodeid} would start a second SparkSession (JVM) in a parallel run: it is not scheduled "
+                    f"in the xdist group {SPARK_GROUP!r}. Mark the test spark (it requests spark_session through "
+                    "request.getfixturevalue?) and run with --dist loadgroup.")
     try:
         from pyspark.sql import SparkSession
         spark = (SparkSession.builder.master(SPARK_MASTER).appName("dpsql-tests")

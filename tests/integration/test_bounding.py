@@ -174,7 +174,7 @@ def choice_target(request, tmp_path_factory) -> tuple[str, dict, str]:
     server = request.getfixturevalue("postgres_server")
     import os
     from tests.conftest import copy_to_postgres, postgres_database
-    with postgres_database(server, f"dpsql_choice_{os.getpid()}_{request.param}") as dsn:
+    with postgres_database(server, f"dpsql_choice_{request.param}") as dsn:
         copy_to_postgres(path, dsn)
         yield dsn, policy, request.param
 

@@ -422,7 +422,7 @@ def duckdb_engine(tmp_path_factory) -> Engine:
 @pytest.fixture(scope="module")
 def postgres_engine(postgres_server) -> Engine:
     cols = postgres_columns()
-    with postgres_database(postgres_server, f"dpsql_extreme_{os.getpid()}") as dsn:
+    with postgres_database(postgres_server, "dpsql_extreme") as dsn:
         build_postgres(dsn, cols)
         yield Engine("postgres", dsn, cols)
 

@@ -47,6 +47,7 @@ def test_min_epsilon_policy_validation(tmp_path):
     (0.05, 0.0, 0.07, 0.1),
     (0.0, 0.08, 0.01, 0.08),
 ])
+@pytest.mark.alone          # a 40 ms window: in a parallel run, not beside another worker's test
 def test_release_delay_is_quantised(quantum, floor, work, expect):
     class T:
         pass

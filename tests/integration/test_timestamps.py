@@ -9,7 +9,6 @@ noise): a timestamp without time zone is clamped, truncated and taken apart as w
 from __future__ import annotations
 
 import datetime as dt
-import os
 
 import duckdb
 import pytest
@@ -53,7 +52,7 @@ def events_db(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def events_pg(postgres_server, events_db) -> str:
-    with postgres_database(postgres_server, f"dpsql_ts_{os.getpid()}") as dsn:
+    with postgres_database(postgres_server, "dpsql_ts") as dsn:
         copy_to_postgres(events_db, dsn)
         yield dsn
 
