@@ -376,9 +376,6 @@ class Expressions:
         n = _literal_number(places) if places is not None else Fraction(0)
         if n is None or n.denominator != 1 or not 0 <= n <= 10:
             raise QueryRejected(f"{node.sql_name()} with these places", "give a whole number of places from 0 to 10")
-        if isinstance(node, exp.Round) and places is not None and a.floating:
-            raise QueryRejected("ROUND(double precision, places)", "PostgreSQL has ROUND with places for numeric "
-                                "only", "cast the value to numeric first: ROUND(CAST(x AS numeric), 2)")
         if a.integral:
             return a
         x = a.sql
@@ -401,7 +398,8 @@ class Expressions:
 
     def _round(self, a: Derived, n: int) -> exp.Expression:
         """ROUND(a, n) as PostgreSQL computes it, the same on every engine. numeric: half away
-        from zero, of the decimal value; double precision (n = 0 only): half to even (rint).
+        from zero, of the decimal value; double precision: ROUND(a) half to even (rint). (PostgreSQL
+        has no ROUND(double precision, n); the grammar admits it, so it rounds as numeric does.)
 
         The engine holds a's value as a double, the nearest one to the decimal PostgreSQL would
         hold, so y = a * 10^n may sit an ulp or two below a tie that is exact in decimal (12.45
@@ -411,7 +409,7 @@ class Expressions:
         a decimal's nearest) would round up instead. Every step is total on the checked range."""
         x = self._as(a, False)
         y = x if n == 0 else exp.Paren(this=exp.Mul(this=x, expression=_number_sql(Fraction(10 ** n))))
-        if a.floating:          # rint: a tie goes to the even neighbour; 2 * ROUND(y / 2) is never a tie
+        if a.floating and n == 0:   # rint: a tie goes to the even neighbour; 2 * ROUND(y / 2) is never a tie
             tie = exp.EQ(this=exp.Sub(this=y.copy(), expression=exp.Floor(this=y.copy())),
                          expression=_number_sql(Fraction(1, 2)))
             half = exp.Div(this=y.copy(), expression=_number_sql(Fraction(2)), typed=True)

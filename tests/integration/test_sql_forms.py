@@ -48,7 +48,9 @@ def forms_pg(request, forms_db) -> str:
 def engine(request, forms_db):
     """(engine name, target, the schema plain names are read from, the database's name)."""
     if request.param == "postgres":
-        return "postgres", request.getfixturevalue("forms_pg"), "public", "dpsql_forms"
+        dsn = request.getfixturevalue("forms_pg")
+        from urllib.parse import urlsplit
+        return "postgres", dsn, "public", urlsplit(dsn).path.lstrip("/")    # postgres_database adds the pid
     return "duckdb", forms_db, "main", "people"
 
 
