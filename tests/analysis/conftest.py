@@ -1356,7 +1356,16 @@ class _Walk(Values):
                     self.bad(f"V1: {d.value} is not a date")
                     self.replace(d, "'2020-01-01'")
                     day = dt.date(2020, 1, 1)
+            seen_interval = False
             for shift in self.trees(lit, "date_shift"):
+                days_only = any(t.type == "DAY_COUNT" for t in shift.children if isinstance(t, Token))
+                if days_only and seen_interval:
+                    # V6: sqlglot reads `d + INTERVAL ... + 7` as `d + (INTERVAL ... + 7)`: a number of
+                    # days goes before the first INTERVAL
+                    self.bad("V6: a number of days after an INTERVAL")
+                    self.replace(shift, "")
+                    continue
+                seen_interval |= not days_only
                 day = _shifted(day, shift)
                 if day is None:
                     self.bad("V6: date arithmetic outside the years 1-9999")
