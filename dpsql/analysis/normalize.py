@@ -199,7 +199,10 @@ def _comma_joins(sel: exp.Select) -> None:
         return
     conjuncts = list(where.this.flatten()) if where is not None and isinstance(where.this, exp.And) else \
         ([where.this] if where is not None else [])
-    conjuncts = [h for c in conjuncts for h in _hoist_common(c)]
+    def split(c: exp.Expression) -> list[exp.Expression]:     # (a AND b) AND c: every conjunct, parentheses too
+        c = c.unnest()
+        return [x for part in c.flatten() for x in split(part)] if isinstance(c, exp.And) else [c]
+    conjuncts = [h for c in conjuncts for part in split(c) for h in _hoist_common(part)]
 
     def alias(node: exp.Expression) -> str:
         return node.alias_or_name
