@@ -36,7 +36,6 @@ _WINDOW_FUNCS = {"rownumber", "rank", "denserank", "percentrank", "cumedist", "n
 _ROW_FUNCS = {"round", "abs", "floor", "ceil", "coalesce", "nullif", "greatest", "least", "sign", "sqrt", "ln",
               "exp", "pow", "cast", "case", "if"}
 _RANKS = {"rownumber", "rank", "denserank", "ntile", "count"}
-_RATIOS = {"percentrank", "cumedist"}
 
 
 @dataclass(frozen=True)
@@ -153,6 +152,13 @@ def _check_outer(node: exp.Expression) -> None:
     for n in node.walk():
         if isinstance(n, (exp.Subquery, exp.Select, exp.Exists)):
             raise QueryRejected("a subquery beside window functions", "not part of the accepted subset")
+        if isinstance(n, exp.Func) and not isinstance(n, exp.AggFunc) and not isinstance(n.parent, exp.Window):
+            name = (n.name if isinstance(n, exp.Anonymous) else type(n).__name__).lower()
+            if name not in _ROW_FUNCS:      # no repeat(), generate_series(): work bounded by the released rows
+                raise QueryRejected(f"the function {name.upper()} beside window functions",
+                                    "not part of the accepted subset",
+                                    "ROUND, ABS, FLOOR, CEIL, COALESCE, NULLIF, GREATEST, LEAST, SIGN, SQRT, LN, EXP, "
+                                    "POW, CAST and CASE are")
         if isinstance(n, exp.Window):
             fn = n.this
             name = (fn.name if isinstance(fn, exp.Anonymous) else type(fn).__name__).lower()

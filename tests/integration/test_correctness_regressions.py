@@ -234,3 +234,12 @@ def test_not_in_through_a_link_key(shop):
     cur.execute("SET dpsql.epsilon = 1e9")
     cur.execute(sql)
     assert cur.fetchall()[0][0] == pytest.approx(float(plain(sql)[0][0]), abs=1e-3)
+
+
+def test_functions_beside_windows_are_listed_ones_only(shop):
+    """The outer query of a window runs over released rows in DuckDB: only listed functions, so its
+    work stays bounded by those rows (no repeat())."""
+    cur, _ = shop
+    with pytest.raises(dpsql.errors.QueryRejected, match="REPEAT beside window functions"):
+        cur.execute("SELECT o_orderpriority, COUNT(*) AS n, repeat('x', CAST(RANK() OVER (ORDER BY COUNT(*)) "
+                    "AS INTEGER)) AS r FROM orders GROUP BY o_orderpriority")
