@@ -262,11 +262,13 @@ def workload(only: list[int] | None = None, *, adapted: bool = True) -> list[tup
 
 def run(db_path: str, engine: str, *, runs: int, workdir: str, pg_dsn: str | None = None,
         queries: list[tuple[str, str]] | None = None, epsilon: float = 0.8,
-        integral: bool = False, progress=None) -> list[dict[str, Any]]:
+        integral: bool = False, progress=None, make_policy=None) -> list[dict[str, Any]]:
+    """make_policy(ledger, integral=...) -> the policy (default: tpch_data.policy, customer as the unit)."""
     queries = queries if queries is not None else workload()
+    make_policy = make_policy or tpch_data.policy
     target = db_path if engine == "duckdb" else pg_dsn
-    pol_exact = tpch_data.policy(os.path.join(workdir, f"ledger_{engine}_exact.sqlite"), integral=integral)
-    pol_noisy = tpch_data.policy(os.path.join(workdir, f"ledger_{engine}_noisy.sqlite"), integral=integral)
+    pol_exact = make_policy(os.path.join(workdir, f"ledger_{engine}_exact.sqlite"), integral=integral)
+    pol_noisy = make_policy(os.path.join(workdir, f"ledger_{engine}_noisy.sqlite"), integral=integral)
     plain = Plain(engine, target)
     exact = _dpsql(target, pol_exact, BIG_EPS)
     noisy = _dpsql(target, pol_noisy, epsilon)
@@ -344,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-adapted", action="store_true", help="only the queries as written")
     ap.add_argument("--db", help="the DuckDB file (generated when absent; default: a temporary one)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--unit", choices=["customer", "supplier"], default="customer",
+                    help="the privacy unit: customer (orders and lineitem carry it) or supplier (partsupp "
+                         "and lineitem carry it; its limits read from the data)")
     ap.add_argument("--out", default=str(HERE / "results" / "tpch.md"))
     args = ap.parse_args(argv)
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
@@ -359,7 +364,13 @@ def main(argv: list[str] | None = None) -> int:
             say(f"generated SF {args.sf:g} in {g['seconds']:.1f} s: {g['rows']}")
             setup.append(f"- generation in DuckDB: {g['seconds']:.1f} s; rows {g['rows']}")
         con = duckdb.connect(db, read_only=True)
-        bad = tpch_data.check_bounds(con, tpch_data.policy(os.path.join(tmp, "x.sqlite")))
+        if args.unit == "supplier":
+            slimits = tpch_data.supplier_limits(con)
+            make_policy = lambda ledger, integral=False: tpch_data.supplier_policy(  # noqa: E731
+                ledger, slimits, integral=integral)
+        else:
+            make_policy = tpch_data.policy
+        bad = tpch_data.check_bounds(con, make_policy(os.path.join(tmp, "x.sqlite")))
         con.close()
         if bad:
             say("the data break the policy: " + "; ".join(bad))
@@ -379,21 +390,24 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"copied to PostgreSQL in {secs:.1f} s")
             try:
                 results += run(db, engine, runs=args.runs, workdir=tmp, pg_dsn=dsn, queries=qs, integral=args.integral_bounds,
-                               progress=say)
+                               progress=say, make_policy=make_policy)
             finally:
                 if dsn is not None:
                     with psycopg.connect(PG_SERVER, autocommit=True) as pg:
                         pg.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    pol = tpch_data.policy("ledger", integral=args.integral_bounds)
+    pol = make_policy("ledger", integral=args.integral_bounds)
     limits = ", ".join(f"{t}: rows {p['max_rows_per_unit']}, groups {p['max_groups_per_unit']}"
                        for t, p in pol["tables"].items())
-    setup += [f"- privacy unit: customer (c_custkey); orders by o_custkey; lineitem by its link to orders; "
-              f"public: {', '.join(pol['public']['tables'])}",
+    carriers = ("supplier (s_suppkey); partsupp by ps_suppkey; lineitem by l_suppkey" if args.unit == "supplier"
+                else "customer (c_custkey); orders by o_custkey; lineitem by its link to orders")
+    setup += [f"- privacy unit: {carriers}; public: {', '.join(pol['public']['tables'])}",
               "- bounds: " + ", ".join(f"{c} [{s['lower']}, {s['upper']}]" for t in pol["tables"].values()
                                         for c, s in t["columns"].items() if "lower" in s)
               + (" (fractional bounds widened to whole numbers: --integral-bounds)" if args.integral_bounds else ""),
-              f"- contribution limits: {limits} (the data respect them: at most {tpch_data.MAX_ORDERS} orders of "
-              f"at most {tpch_data.MAX_LINES} lines per customer)",
+              f"- contribution limits: {limits} " + (
+                  "(the data's own maxima per supplier)" if args.unit == "supplier" else
+                  f"(the data respect them: at most {tpch_data.MAX_ORDERS} orders of "
+                  f"at most {tpch_data.MAX_LINES} lines per customer)"),
               f"- correctness at epsilon {BIG_EPS:g}; accuracy and time at epsilon 0.8 (Laplace), "
               f"median of {args.runs} runs; basic accountant, no answer cache, no release timing"]
     text = "\n".join(["# TPC-H through dpsql", "", *setup, "", *[f"**{s}**" for s in summary(results)], "",

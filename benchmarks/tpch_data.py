@@ -281,15 +281,42 @@ def policy(ledger: str, *, budget: float = 1e12, integral: bool = False) -> dict
     }
 
 
-def supplier_policy(ledger: str, *, budget: float = 1e12, integral: bool = False) -> dict[str, Any]:
-    """supplier as the privacy unit (not used by the runner yet)."""
+def supplier_limits(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """The most rows one supplier has in partsupp and in lineitem, read from the data (the
+    generator assigns parts' suppliers by a hash, so the maxima depend on the scale factor); the
+    supplier-unit policy declares them, so that bounding clips nothing."""
+    ps = con.execute("SELECT max(n) FROM (SELECT count(*) AS n FROM partsupp GROUP BY ps_suppkey)").fetchone()[0]
+    li = con.execute("SELECT max(n) FROM (SELECT count(*) AS n FROM lineitem GROUP BY l_suppkey)").fetchone()[0]
+    return {"partsupp": int(ps), "lineitem": int(li)}
+
+
+def supplier_policy(ledger: str, limits: dict[str, int], *, budget: float = 1e12,
+                    integral: bool = False) -> dict[str, Any]:
+    """supplier as the privacy unit (the second run of issue 30's benchmark): supplier
+    (s_suppkey), partsupp (ps_suppkey) and lineitem (l_suppkey) carry it; customer, orders,
+    nation, region and part are public. `limits`: supplier_limits() of the data."""
     pol = policy(ledger, budget=budget, integral=integral)
+    bal = (-1000, 10000) if integral else (-999.99, 9999.99)
     li = pol["tables"]["lineitem"]
-    del li["link"]
-    li["privacy_unit"] = "l_suppkey"
-    del li["columns"]["l_suppkey"]
-    pol["tables"] = {"lineitem": li}
-    pol["public"] = {"tables": ["nation", "region", "part", "partsupp", "customer", "orders"]}
+    del li["link"], li["columns"]["l_suppkey"]
+    li["columns"]["l_orderkey"] = {}
+    li.update(privacy_unit="l_suppkey", max_rows_per_unit=limits["lineitem"],
+              max_groups_per_unit=limits["lineitem"])
+    pol["tables"] = {
+        "supplier": {
+            "privacy_unit": "s_suppkey", "max_rows_per_unit": 1, "max_groups_per_unit": 1,
+            "columns": {"s_name": {}, "s_address": {}, "s_nationkey": {}, "s_phone": {}, "s_comment": {},
+                        "s_acctbal": {"lower": bal[0], "upper": bal[1]}},
+        },
+        "partsupp": {
+            "privacy_unit": "ps_suppkey", "max_rows_per_unit": limits["partsupp"],
+            "max_groups_per_unit": limits["partsupp"],
+            "columns": {"ps_partkey": {}, "ps_comment": {}, "ps_availqty": {"lower": 1, "upper": 9999},
+                        "ps_supplycost": {"lower": 1, "upper": 1000}},
+        },
+        "lineitem": li,
+    }
+    pol["public"] = {"tables": ["nation", "region", "part", "customer", "orders"]}
     return pol
 
 

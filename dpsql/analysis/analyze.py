@@ -576,15 +576,25 @@ class _Analysis:
                                   derived=_describe(d)))
         self.key_refs.append(ref)
 
-    def _public_range(self, ref: ColRef) -> tuple[Fraction, Fraction] | None:
+    def _public_range(self, ref: ColRef, kind: str = "num") -> tuple | None:
         """[min, max] of a public table's numeric column, read from the engine: public data, read
         when the query is planned (a plan that reads it is not kept). Arithmetic on it then has a
         derived range like a declared column's (TPC-H Q9: ps_supplycost * l_quantity). None where
-        the table holds a value that is not a finite number."""
+        the table holds a value that is not a finite number.
+        kind="date": a DATE column's first and last dates (EXTRACT(year FROM o_orderdate) as a
+        key, TPC-H Q8 and Q9 with supplier as the unit); None where the table holds a date the
+        ISO form does not read ('infinity', BC, years past 9999)."""
         inst = self.rel.instance(ref[0])
         if inst is None or inst.kind != "public" or self.domains is None:
             return None
         lo, hi = self.domains(inst.ref, ref[1], "range")
+        if kind == "date":
+            try:
+                span = (_dt.date.fromisoformat(lo), _dt.date.fromisoformat(hi)) if lo is not None else None
+            except (TypeError, ValueError):
+                return None
+            self.public_reads = True
+            return span
         try:
             span = (Fraction(lo), Fraction(hi)) if lo is not None else (Fraction(0), Fraction(0))
         except (ValueError, ZeroDivisionError):     # 'NaN', 'Infinity'

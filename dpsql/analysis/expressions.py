@@ -218,6 +218,14 @@ class Expressions:
             return Derived(sql, "num", "BIGINT" if whole else real, lo, hi, whole, refs=frozenset({ref}),
                            column=(ref, info), floating=_float_type(info.sql_type))
         kind = {"text": "text", "bool": "bool", "date": "date", "timestamp": "timestamp"}.get(fam, "other")
+        if kind == "date" and info.public and info.span is None and self.public_range is not None:
+            # a public DATE column's first and last dates are public, read from the table itself
+            # (analyze._public_range); the clamp to them is then the identity on every row
+            span = self.public_range(ref, "date")
+            if span is not None:
+                lo, hi = span
+                return Derived(_clamp_date(col, lo, hi), "date", "DATE", refs=frozenset({ref}), column=(ref, info),
+                               span=(lo, hi))
         if kind == "date" and info.span is not None and date_bounds_problem(info.policy, info.sql_type) is None:
             lo, hi = info.span
             return Derived(_clamp_date(col, lo, hi), "date", "DATE", refs=frozenset({ref}), column=(ref, info),

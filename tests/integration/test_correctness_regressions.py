@@ -80,8 +80,9 @@ def _make(path: str) -> str:
                 lines.append((o, rnd.randint(1, 50), round(rnd.uniform(1, 1000), 2),
                               rnd.choice([0, 0.02, 0.05, 0.08, 0.10]), rnd.choice([0, 0.04, 0.08]),
                               rnd.choice(["A", "N", "R"])))
-    con.execute("CREATE TABLE weights (priority VARCHAR PRIMARY KEY, weight DECIMAL(6, 3) NOT NULL)")
-    con.execute("INSERT INTO weights VALUES ('1-URGENT', 1.5), ('2-HIGH', 1.25), ('3-MEDIUM', -0.125)")
+    con.execute("CREATE TABLE weights (priority VARCHAR PRIMARY KEY, weight DECIMAL(6, 3) NOT NULL, since DATE)")
+    con.execute("INSERT INTO weights VALUES ('1-URGENT', 1.5, DATE '1994-03-01'), ('2-HIGH', 1.25, DATE '1995-12-31'), "
+                "('3-MEDIUM', -0.125, DATE '1995-06-01')")
     con.executemany("INSERT INTO customer VALUES (?, ?, ?, ?)", customers)
     con.executemany("INSERT INTO orders VALUES (?, ?, ?, ?)", orders)
     con.executemany("INSERT INTO lineitem VALUES (?, ?, ?, ?, ?, ?)", lines)
@@ -155,6 +156,10 @@ CASES = {
     # arithmetic on a public table's column: its range is read from the table (TPC-H Q9's ps_supplycost)
     "public_column_arithmetic": "SELECT SUM(o_totalprice * w.weight) AS s, AVG(w.weight - 1) AS a FROM orders "
                                 "JOIN weights w ON o_orderpriority = w.priority",
+    # a public DATE column's first and last dates are read from the table: EXTRACT of it is a key
+    # with a public domain (TPC-H Q8 and Q9 with supplier as the unit read orders' o_orderdate)
+    "public_date_extract": "SELECT EXTRACT(year FROM w.since) AS y, COUNT(*) AS n, SUM(o_totalprice) AS s FROM orders "
+                           "JOIN weights w ON o_orderpriority = w.priority GROUP BY 1",
     # semi-joins correlated through a link key: an order's line items (TPC-H Q4's shape)
     "exists_through_link_key": "SELECT o_orderpriority, COUNT(*) AS n FROM orders WHERE EXISTS (SELECT 1 FROM "
                                "lineitem WHERE l_orderkey = o_orderkey AND l_quantity > 30) GROUP BY o_orderpriority",
