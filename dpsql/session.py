@@ -684,7 +684,10 @@ class Session:
     def _answer_key(self, plan: QueryPlan) -> str:
         # a top-k selection answers the same text differently from the histogram: its own key
         mechanism = plan.mechanism + ("+noisy_max" if plan.topk is not None else "")
-        return answer_key(str(getattr(self.engine, "name", type(self.engine).__name__)), plan.text,
+        # plan.text is the aggregate query; window functions and SELECT DISTINCT over its rows
+        # (dpsql.analysis.windows) are outer queries of their own, and answers differ by them
+        text = plan.text + "".join(f"\n-- over the released rows: {w.sql}" for w in plan.wraps if hasattr(w, "sql"))
+        return answer_key(str(getattr(self.engine, "name", type(self.engine).__name__)), text,
                           plan.cost.epsilon, plan.cost.delta, mechanism)
 
     def _charge_of(self, plan: QueryPlan) -> tuple[Cost, float, SubsetCharge | None]:

@@ -151,7 +151,9 @@ def analyze(tree: exp.Expression, policy: Policy, schema: Schema, settings: Sett
     _refuse_statement_kind(tree)
     tree = fold_numbers(fold_dates(_qualified_names(tree, policy, schema)))
     window = None
-    if windows.has_windows(tree):          # post-processing of the released rows
+    whole = tree
+    distinct_only = not windows.has_windows(tree) and windows.distinct_over_groups(tree)
+    if windows.has_windows(tree) or distinct_only:      # post-processing of the released rows
         tree, window = windows.split(tree, output_name)
     check_shape(tree)
     ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
@@ -168,6 +170,8 @@ def analyze(tree: exp.Expression, policy: Policy, schema: Schema, settings: Sett
         names.append(name)
     protected = [n for n in names if _policy_table(policy, n) is not None]
     if not protected:
+        if distinct_only:
+            return _public(whole, policy, schema, dialect)
         if window is not None:
             raise QueryRejected("window functions over public tables", "not part of the accepted subset")
         return _public(tree, policy, schema, dialect)
@@ -187,7 +191,8 @@ def analyze(tree: exp.Expression, policy: Policy, schema: Schema, settings: Sett
     if window is None:
         return plan
     if plan.wraps or plan.topk is not None:
-        raise QueryRejected("window functions over this query", "not part of the accepted subset")
+        raise QueryRejected("SELECT DISTINCT over this query" if distinct_only else "window functions over this query",
+                            "not part of the accepted subset")
     wrap = windows.compile_wrap(window, [o.name for o in plan.outputs], _count_literal(window["limit"], "LIMIT"),
                                 _count_literal(window["offset"], "OFFSET") or 0)
     return replace(plan, wraps=(wrap,), names=tuple(name for name, _ in wrap.outputs))
@@ -381,7 +386,9 @@ def _public(tree: exp.Expression, policy: Policy, schema: Schema, dialect: str) 
 
 _ALLOWED_SELECT_ARGS = {"expressions", "from_", "where", "group", "having", "order", "limit", "offset", "joins"}
 _ARG_NAMES = {
-    "distinct": ("SELECT DISTINCT", "distinct rows reveal which values exist"),
+    "distinct": ("SELECT DISTINCT without aggregates", "distinct rows reveal which values exist",
+                 "count them instead (SELECT k, COUNT(*) FROM t GROUP BY k), or SELECT DISTINCT over an aggregate "
+                 "query's rows (SELECT DISTINCT k, COUNT(*) ... GROUP BY k, j)"),
     "qualify": ("QUALIFY", "window filters act on true values"),
     "windows": ("WINDOW", "window functions act on true values"),
     "laterals": ("LATERAL", "lateral joins are not supported"),
@@ -453,8 +460,10 @@ class _Analysis:
         for key, value in sel.args.items():
             if value in (None, [], False) or key in _ALLOWED_SELECT_ARGS:
                 continue
-            construct, reason = _ARG_NAMES.get(key, (key.upper(), "not part of the accepted subset"))
-            raise QueryRejected(construct, reason)
+            if key == "distinct" and sel.args["distinct"].args.get("on"):
+                raise QueryRejected("SELECT DISTINCT ON", "not part of the accepted subset",
+                                    "SELECT DISTINCT over an aggregate query's rows is")
+            raise QueryRejected(*_ARG_NAMES.get(key, (key.upper(), "not part of the accepted subset")))
         for node in sel.find_all(exp.Subquery, exp.Select):
             if node is not sel and not (node.find_ancestor(exp.In, exp.Exists) and node.find_ancestor(exp.Where)):
                 clause = next((n for t, n in ((exp.Where, "WHERE"), (exp.Having, "HAVING"), (exp.Order, "ORDER BY"),

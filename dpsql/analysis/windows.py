@@ -1,4 +1,4 @@
-"""Window functions over a private aggregate's released rows: post-processing.
+"""Window functions (and SELECT DISTINCT) over a private aggregate's released rows: post-processing.
 
     SELECT c_mktsegment, SUM(c_acctbal) AS s,
            SUM(SUM(c_acctbal)) OVER () AS total,
@@ -61,6 +61,14 @@ def has_windows(tree: exp.Expression) -> bool:
         w.find_ancestor(exp.Select) is tree for w in tree.find_all(exp.Window))
 
 
+def distinct_over_groups(tree: exp.Expression) -> bool:
+    """SELECT DISTINCT (not DISTINCT ON) over an aggregate query's rows: the DISTINCT is applied
+    to the released rows, as the outer query of a split without windows (post-processing too)."""
+    d = tree.args.get("distinct") if isinstance(tree, exp.Select) else None
+    return d is not None and not d.args.get("on") and bool(
+        tree.args.get("group") or any(a.find_ancestor(exp.Select) is tree for a in tree.find_all(exp.AggFunc)))
+
+
 def split(tree: exp.Select, output_name) -> tuple[exp.Select, dict]:
     """The core aggregate query and the outer query's parts (compiled by `compile_wrap` once the
     core's output names are known). Windows anywhere but this SELECT's items and ORDER BY are
@@ -84,12 +92,19 @@ def split(tree: exp.Select, output_name) -> tuple[exp.Select, dict]:
                     raise QueryRejected("GROUP BY a window function", "groups are formed before windows")
                 g.replace(items[int(g.this) - 1].copy())
     keys = {g.sql(dialect="postgres") for g in (group.expressions if group is not None else [])}
+    names = [output_name(item, i) for i, item in enumerate(tree.expressions)]
+    unique = len({n.lower() for n in names}) == len(names)
+
+    def core_name(i: int, item: exp.Expression) -> str:
+        """An item's name in the core: its AS name while the outputs' names are distinct."""
+        return item.alias if isinstance(item, exp.Alias) and unique else f"_dpo{i}"
+
     hidden: dict[str, str] = {}           # the SQL of a window input -> its core output name
     hidden_items: list[exp.Expression] = []
     for i, item in enumerate(tree.expressions):     # an input that is an item already: read it there
         node = item.unalias() if isinstance(item, exp.Alias) else item
         if node.find(exp.Window) is None:
-            hidden.setdefault(node.sql(dialect="postgres"), item.alias if isinstance(item, exp.Alias) else f"_dpo{i}")
+            hidden.setdefault(node.sql(dialect="postgres"), core_name(i, item))
 
     def take(node: exp.Expression) -> exp.Expression:
         key = node.sql(dialect="postgres")
@@ -105,41 +120,51 @@ def split(tree: exp.Select, output_name) -> tuple[exp.Select, dict]:
         def swap(n: exp.Expression) -> exp.Expression:
             if isinstance(n, exp.Window) or isinstance(n.parent, exp.Window) and n.arg_key == "this":
                 return n                            # the window, and its own function
+            if n.sql(dialect="postgres") in hidden and not n.find(exp.Window):
+                return take(n)                      # an item of the select list, whole (COUNT(*) + 1)
             if isinstance(n, (exp.Filter, exp.WithinGroup, exp.AggFunc, exp.Column)) or (
                     n.sql(dialect="postgres") in keys):     # a GROUP BY expression, whole
-                return take(n)
                 return take(n)
             return n
         return node.copy().transform(swap, copy=False)
 
-    names: list[str] = []
     core_items: list[exp.Expression] = []
     outer_items: list[tuple[str, exp.Expression | int]] = []
     for i, item in enumerate(tree.expressions):
-        name = output_name(item, i)
         node = item.unalias() if isinstance(item, exp.Alias) else item
         if node.find(exp.Window) is None:
-            core_name = item.alias if isinstance(item, exp.Alias) else f"_dpo{i}"
-            core_items.append(exp.alias_(node.copy(), core_name, copy=False))
-            outer_items.append((name, len(core_items) - 1))
+            core_items.append(exp.alias_(node.copy(), core_name(i, item), copy=False))
+            outer_items.append((names[i], len(core_items) - 1))
         else:
             _check_outer(node)
-            outer_items.append((name, outer_expr(node)))
-        names.append(name)
-    if len({n.lower() for n in names}) != len(names):
-        raise QueryRejected("two outputs of one name beside window functions", "the windows refer to outputs by name",
-                            "give each output its own name with AS")
+            outer_items.append((names[i], outer_expr(node)))
     order = []
     own = {n.lower() for n in names}
     for o in (tree.args.get("order").expressions if tree.args.get("order") else []):
         e = o.this
         if isinstance(e, exp.Column) and not e.table and e.name.lower() in own:
+            if [n.lower() for n in names].count(e.name.lower()) > 1:      # PostgreSQL refuses it too
+                raise QueryRejected(f'ORDER BY "{e.name}"', "it is ambiguous: two outputs have that name",
+                                    "give each output its own name with AS, or order by position")
             order.append(o.copy())
         elif isinstance(e, exp.Literal) and not e.is_string:
             order.append(o.copy())
         else:
             _check_outer(e)
             order.append(exp.Ordered(this=outer_expr(e), desc=o.args.get("desc"), nulls_first=o.args.get("nulls_first")))
+    if tree.args.get("distinct"):
+        # PostgreSQL: "for SELECT DISTINCT, ORDER BY expressions must appear in select list"
+        # (an order by anything else is ambiguous among the rows DISTINCT merges)
+        selected = {core_items[e].alias.lower() for _, e in outer_items if isinstance(e, int)}
+        for o in order:
+            e = o.this
+            if isinstance(e, exp.Literal) or isinstance(e, exp.Column) and e.name.lower() in own:
+                continue
+            if isinstance(e, exp.Column) and e.name.lower() in selected:
+                continue
+            raise QueryRejected("this ORDER BY with SELECT DISTINCT",
+                                "for SELECT DISTINCT, ORDER BY expressions must appear in the select list",
+                                "order by an output's name or position")
     core.set("expressions", core_items + hidden_items)
     for key in ("order", "limit", "offset", "distinct"):
         core.set(key, None)

@@ -1721,6 +1721,8 @@ class _Walk(Values):
 
     def max_groups(self) -> int:
         """V2: 1,000,000 groups; 100,000 (the policy's max_released_rows) without a LIMIT of at most that."""
+        if self.tree.children[0].data == "distinct_statement":
+            return 100_000          # the LIMIT acts on the distinct rows, after the groups are released
         limits = [int(t.value) for t in self.tree.scan_values(lambda v: isinstance(v, Token) and v.type == "COUNT_LIT")]
         return 1_000_000 if self.repair is False and limits and min(limits) <= 100_000 else 100_000
 

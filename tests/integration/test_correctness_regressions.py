@@ -168,6 +168,11 @@ CASES = {
                                    "AND l_returnflag = 'R')",
     "in_through_link_key": "SELECT SUM(o_totalprice) AS s FROM orders WHERE o_orderkey IN "
                            "(SELECT l_orderkey FROM lineitem WHERE l_discount > 0.05)",
+    # SELECT DISTINCT over the released rows (post-processing): rows that agree are merged
+    "distinct_over_groups": "SELECT DISTINCT o_orderpriority, COUNT(*) * 0 AS z FROM orders JOIN lineitem ON "
+                            "l_orderkey = o_orderkey GROUP BY o_orderpriority, l_returnflag",
+    "distinct_ordered_limited": "SELECT DISTINCT l_returnflag, SUM(l_quantity) AS q FROM lineitem GROUP BY "
+                                "l_returnflag ORDER BY q DESC LIMIT 2",
     # window functions over the released rows (post-processing)
     "window_share_and_rank": "SELECT o_orderpriority, SUM(o_totalprice) AS s, 100.0 * SUM(o_totalprice) / "
                              "SUM(SUM(o_totalprice)) OVER () AS pct, RANK() OVER (ORDER BY SUM(o_totalprice) DESC) AS r "

@@ -167,3 +167,18 @@ def test_the_cache_codec_keeps_types():
     back = decode(encode({"rows": rows}))["rows"]
     assert [tuple(r) for r in back] == rows
     assert [type(v) for v in back[0]] == [type(v) for v in rows[0]]
+
+
+def test_the_cache_keeps_answers_apart_by_what_is_computed_over_the_released_rows(target, tmp_path):
+    """Window functions and SELECT DISTINCT run over an aggregate query's released rows: two
+    queries with one aggregate query and different outer parts are two answers, not one."""
+    core = "SELECT state, COUNT(*) AS n, RANK() OVER (ORDER BY COUNT(*) DESC) AS r FROM people GROUP BY state"
+    with connect(target, policy_for(tmp_path)) as conn:
+        cur = conn.cursor()
+        by_rank = cur.execute(core + " ORDER BY r").fetchall()
+        assert [r[2] for r in by_rank] == sorted(r[2] for r in by_rank)
+        assert cur.execute(core + " ORDER BY r").fetchall() == by_rank and cur.cached
+        by_state = cur.execute(core + " ORDER BY state").fetchall()
+        assert not cur.cached and [r[0] for r in by_state] == sorted(r[0] for r in by_state)
+        cur.execute("SELECT DISTINCT state, COUNT(*) AS n FROM people GROUP BY state")
+        assert not cur.cached

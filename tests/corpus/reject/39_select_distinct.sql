@@ -1,3 +1,3 @@
 -- title: SELECT DISTINCT
--- expect: SELECT DISTINCT is not allowed
+-- expect: SELECT DISTINCT without aggregates is not allowed
 SELECT DISTINCT state FROM people
