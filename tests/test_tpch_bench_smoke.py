@@ -50,3 +50,26 @@ def test_tpch_benchmark_tiny(tmp_path):
     broken = [f"{r['q']}: {r.get('verdict') or r.get('detail')}" for r in results
               if r["status"] == "internal error" or (r["status"] == "answered" and not r["verdict"].startswith("right"))]
     assert not broken, "\n".join(broken)
+
+
+def test_tpch_benchmark_tiny_with_supplier_as_the_unit(tmp_path):
+    """The second run: supplier, partsupp and lineitem carry the unit; limits read from the data
+    hold, and every answered query is right."""
+    db = str(tmp_path / "tpch.duckdb")
+    tpch_data.generate(db, 0.002, seed=2, threads=1)
+    con = duckdb.connect(db, read_only=True)
+    try:
+        limits = tpch_data.supplier_limits(con)
+        pol = tpch_data.supplier_policy(str(tmp_path / "ledger.sqlite"), limits)
+        assert set(pol["tables"]) == {"supplier", "partsupp", "lineitem"}
+        assert tpch_data.check_bounds(con, pol) == []
+    finally:
+        con.close()
+    results = tpch.run(db, "duckdb", runs=1, workdir=str(tmp_path),
+                       make_policy=lambda ledger, integral=False: tpch_data.supplier_policy(ledger, limits,
+                                                                                           integral=integral))
+    answered = [r for r in results if r["status"] == "answered"]
+    assert len(answered) >= 10
+    broken = [f"{r['q']}: {r.get('verdict') or r.get('detail')}" for r in results
+              if r["status"] == "internal error" or (r["status"] == "answered" and not r["verdict"].startswith("right"))]
+    assert not broken, "\n".join(broken)
