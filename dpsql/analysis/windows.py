@@ -93,11 +93,15 @@ def split(tree: exp.Select, output_name) -> tuple[exp.Select, dict]:
                 g.replace(items[int(g.this) - 1].copy())
     keys = {g.sql(dialect="postgres") for g in (group.expressions if group is not None else [])}
     names = [output_name(item, i) for i, item in enumerate(tree.expressions)]
-    unique = len({n.lower() for n in names}) == len(names)
+    first = {}
+    for i, n in enumerate(names):
+        first.setdefault(n.lower(), i)
 
     def core_name(i: int, item: exp.Expression) -> str:
-        """An item's name in the core: its AS name while the outputs' names are distinct."""
-        return item.alias if isinstance(item, exp.Alias) and unique else f"_dpo{i}"
+        """An item's name in the core: its AS name, unless an item before it has that name (the
+        core's outputs are the released table's columns, so each needs a name of its own; HAVING
+        reads a name as the first item of that name, as the query without the outer part does)."""
+        return item.alias if isinstance(item, exp.Alias) and first[names[i].lower()] == i else f"_dpo{i}"
 
     hidden: dict[str, str] = {}           # the SQL of a window input -> its core output name
     hidden_items: list[exp.Expression] = []
