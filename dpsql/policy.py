@@ -496,6 +496,7 @@ def _build(data: Mapping[str, Any], source: str, *, base: Path, text: str | None
             continue
         tables[tp.name] = tp
     where.attempt(_check_links, where, tables, {str(n).lower() for n in declared})
+    where.attempt(_check_shared_types, where, tables)
     recon = where.attempt(_reconstruction, where, data.get("reconstruction", {}), base)
     server = where.attempt(_server, where, data.get("server", {}), base)
     analysts = where.attempt(_analysts, where, data.get("analysts", {}), defaults, budget, accountant) \
@@ -797,6 +798,18 @@ def _table_policy(where: _Where, tname: str, t: Any) -> TablePolicy:
     types = where.attempt(_types, where, f"{key}.types", t["types"]) if "types" in t else None
     return TablePolicy(tname.lower(), unit.lower() if unit is not None else None, rows, groups, columns, source,
                        link, types)
+
+
+def _check_shared_types(where: _Where, tables: Mapping[str, TablePolicy]) -> None:
+    """Tables read from one source are one loaded table: their declared types must agree."""
+    seen: dict[str, TablePolicy] = {}
+    for t in tables.values():
+        if t.types is None:
+            continue
+        other = seen.setdefault(t.source or t.name, t)
+        if other.types != t.types:
+            raise where.error(f"tables.{t.name}.types", f"differ from tables.{other.name}.types, which reads the same "
+                              "source: one source is loaded once, with one set of types")
 
 
 def _check_links(where: _Where, tables: Mapping[str, TablePolicy], declared: set[str] = frozenset()) -> None:

@@ -13,7 +13,10 @@ Protected sources: a policy `source` that looks like a path (it contains a `/` o
 in `.parquet`: a Parquet file or a directory of them, local, hdfs://, s3a://...) is read
 with `spark.read.parquet` the first time the engine is asked about it and registered as a
 temporary view whose name is the path itself; the Spark rewrite reads it as one quoted
-identifier (`dpsql.rewrite.relation`). Those views are in neither base_tables() nor
+identifier (`dpsql.rewrite.relation`). With the policy's declared types (`types`) the view is
+try_cast of each declared column to its type, so neither a value nor the type one file was
+written with shows in the schema (dpsql.filetypes); a source read without them is listed in
+`guessed`, which dpsql.session.read_schema refuses to show an analyst. Those views are in neither base_tables() nor
 views(), so only the policy reaches them. Any other source is a catalog table name.
 
 Each run() is one statement that Spark's parser reads as a query (never a command), run
