@@ -1160,7 +1160,8 @@ def _declared_file_types(policy: Policy, guessed: frozenset[str], refs: Mapping[
             raise policy.problem(f"tables.{t.name}", f"{t.name!r} " + why.format(key=f"tables.{t.name}.types"))
     for name in public:
         if name in guessed:
-            raise policy.problem("public.tables", f"the public table {name!r} " + why.format(key=f"public.types.{name}"))
+            raise policy.problem("public.tables",
+                                 f"the public table {name!r} " + why.format(key=f"public.types.{name}"))
 
 
 def release_delay(start: float, timing) -> None:

@@ -124,9 +124,10 @@ def _unreadable(path: str, err: Exception) -> InterfaceError:
     log.warning("duckdb could not read %s: %s", path, err)
     if _is_parquet(path):
         return InterfaceError(f"cannot read {path!r} as Parquet (details are in the log)")
-    return InterfaceError(f"cannot read {path!r} as CSV with a header line, {'tab' if '.tsv' in path.lower() else 'comma'}"
-                          "-separated, quoted with \" (a line with more fields than the header, an unclosed quote "
-                          "or another encoding than UTF-8? details are in the log)")
+    sep = "tab" if ".tsv" in path.lower() else "comma"
+    return InterfaceError(f"cannot read {path!r} as CSV with a header line, {sep}-separated, quoted with \" (a line "
+                          "with more fields than the header, an unclosed quote or another encoding than UTF-8? "
+                          "details are in the log)")
 
 
 def file_columns(path: str) -> list[tuple[str, str]]:
