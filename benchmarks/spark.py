@@ -96,8 +96,9 @@ def policy(files: dict[str, str] | None) -> dict[str, Any]:
     pol["reconstruction"] = {"cache_lifetime": 0}
     if files:
         pol["tables"].pop("people_pk")
+        from dpsql.engines.duckdb import file_columns      # the owner's reading, as `dpsql init` writes it
         for t in ("people", "visits"):
-            pol["tables"][t] = dict(pol["tables"][t], source=files[t])
+            pol["tables"][t] = dict(pol["tables"][t], source=files[t], types=dict(file_columns(files[t])))
     return pol
 
 

@@ -80,18 +80,34 @@ def check_policy(path: str | os.PathLike, database: Any = None, **engine_options
                         "list the public tables under [public] tables instead")
     if database is not None:
         try:
-            engine = open_engine(database, sources=path_sources(pol), **engine_options)
+            engine = open_engine(database, sources=path_sources(pol), types=pol.file_types(), **engine_options)
         except Error as err:
             return PolicyCheck(source, tuple(pol.tables), (f"database {database}: {err}",))
         try:
             problems = _schema_problems(pol, engine)
             warnings += _public_warnings(pol, engine)
+            warnings += _unused_types(pol, engine)
         except Error as err:
             problems = [str(err)]
         finally:
             engine.close()
     return PolicyCheck(source, tuple(pol.tables), tuple(_with_line(p, pol.source, text) for p in problems),
                        tuple(_with_line(w, pol.source, text) for w in warnings))
+
+
+def _unused_types(pol: Policy, engine: Engine) -> list[str]:
+    """Declared types of tables the engine did not read from a file: the database's own apply."""
+    files = getattr(engine, "files", frozenset())
+    out = []
+    for t in pol.tables.values():
+        if t.types is not None and (t.source or t.name) not in files:
+            out.append(f"policy {pol.source}: tables.{t.name}.types: not used: {t.name!r} is not read from a file "
+                       "here, so the database's own column types apply")
+    for name in sorted(pol.public.types):
+        if name not in files:
+            out.append(f"policy {pol.source}: public.types.{name}: not used: {name!r} is not read from a file "
+                       "here, so the database's own column types apply")
+    return out
 
 
 def _public_warnings(pol: Policy, engine: Engine) -> list[str]:

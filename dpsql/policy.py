@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsql.errors import PolicyError
+from dpsql.filetypes import FileTypes, file_type
 
 MECHANISMS = ("laplace", "gaussian", "gaussian_classic")
 
@@ -29,7 +30,7 @@ _TOP_KEYS = {"budget", "defaults", "tables", "reconstruction", "server", "analys
 _RECON_KEYS = {"surcharge", "max_subset_queries", "cache_lifetime", "audit_log"}
 _SERVER_KEYS = {"auth", "tls_cert", "tls_key", "max_message_bytes", "max_concurrent_queries",
                 "catalog_timeout", "catalog_max_rows", "max_connections", "max_connections_per_analyst"}
-_PUBLIC_KEYS = {"tables", "undeclared"}
+_PUBLIC_KEYS = {"tables", "undeclared", "types"}
 UNDECLARED = ("refuse", "public")
 _ANALYST_KEYS = {"password", "epsilon", "delta", "accountant"}
 AUTH_METHODS = ("scram-sha-256", "trust")
@@ -49,7 +50,7 @@ DEFAULT_FLOOR = 0.1             # seconds
 DEFAULT_MAX_RELEASED_ROWS = 100_000
 DEFAULT_MAX_CACHED_BYTES = 64 * 1024 * 1024
 MAX_RELEASED_ROWS_CEILING = 1_000_000
-_TABLE_KEYS = {"privacy_unit", "link", "max_rows_per_unit", "max_groups_per_unit", "columns", "source"}
+_TABLE_KEYS = {"privacy_unit", "link", "max_rows_per_unit", "max_groups_per_unit", "columns", "source", "types"}
 _LINK = re.compile(r"^\s*(\w+)\s*->\s*(\w+)\s*\.\s*(\w+)\s*$")
 _COLUMN_KEYS = {"lower", "upper", "values", "identifier", "bounds"}
 
@@ -184,6 +185,7 @@ class TablePolicy:
     columns: Mapping[str, ColumnPolicy] = field(default_factory=dict)
     source: str | None = None
     link: Link | None = None
+    types: FileTypes | None = None      # [tables.NAME.types]: how a table read from a file is typed
 
     def column(self, name: str) -> ColumnPolicy | None:
         return self.columns.get(name.lower())
@@ -293,6 +295,7 @@ class Public:
     behaviour, which `dpsql policy check` warns about)."""
     tables: frozenset[str] = frozenset()
     undeclared: str = "refuse"
+    types: Mapping[str, FileTypes] = field(default_factory=dict)   # [public.types.NAME], for file tables
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,6 +359,16 @@ class Policy:
 
     def table(self, name: str) -> TablePolicy | None:
         return self.tables.get(name.lower())
+
+    def file_types(self) -> dict[str, FileTypes]:
+        """The declared column types of every table the policy names, keyed by what the engine
+        reads: a protected table's `source` (as written) or name, a public table's name. The
+        engine reads a table it loads from a file with these types (dpsql.engines.duckdb)."""
+        out = {name: types for name, types in self.public.types.items()}
+        for t in self.tables.values():
+            if t.types is not None:
+                out[t.source or t.name] = t.types
+        return out
 
     def budget_for(self, analyst: str) -> Budget:
         """The analyst's lifetime budget: their [analysts.NAME] epsilon/delta/accountant where set,
@@ -483,6 +496,7 @@ def _build(data: Mapping[str, Any], source: str, *, base: Path, text: str | None
             continue
         tables[tp.name] = tp
     where.attempt(_check_links, where, tables, {str(n).lower() for n in declared})
+    where.attempt(_check_shared_types, where, tables)
     recon = where.attempt(_reconstruction, where, data.get("reconstruction", {}), base)
     server = where.attempt(_server, where, data.get("server", {}), base)
     analysts = where.attempt(_analysts, where, data.get("analysts", {}), defaults, budget, accountant) \
@@ -701,7 +715,13 @@ def _public(where: _Where, p: Any, tables: Mapping[str, TablePolicy]) -> Public:
     if undeclared not in UNDECLARED:
         raise where.error("public.undeclared", "must be \"refuse\" (the default: a table the policy does not "
                           "mention is refused) or \"public\" (every such table is readable row by row)")
-    return Public(out, undeclared)
+    types = {}
+    for n, cols in _table(where, "public.types", p.get("types", {})).items():
+        if n.lower() in tables:
+            raise where.error(f"public.types.{n}", f"{n.lower()!r} is a protected table: declare its types under "
+                              f"[tables.{n.lower()}.types]")
+        types[n.strip().lower()] = _types(where, f"public.types.{n}", cols)
+    return Public(out, undeclared, types)
 
 
 def _analysts(where: _Where, a: Any, defaults: Defaults, budget: Budget, explicit: bool) -> dict[str, Analyst]:
@@ -775,8 +795,21 @@ def _table_policy(where: _Where, tname: str, t: Any) -> TablePolicy:
         if link is not None and col.name == link.column:
             raise where.error(f"{key}.columns.{cname}", "the link column is declared by link, not as a column")
         columns[col.name] = col
+    types = where.attempt(_types, where, f"{key}.types", t["types"]) if "types" in t else None
     return TablePolicy(tname.lower(), unit.lower() if unit is not None else None, rows, groups, columns, source,
-                       link)
+                       link, types)
+
+
+def _check_shared_types(where: _Where, tables: Mapping[str, TablePolicy]) -> None:
+    """Tables read from one source are one loaded table: their declared types must agree."""
+    seen: dict[str, TablePolicy] = {}
+    for t in tables.values():
+        if t.types is None:
+            continue
+        other = seen.setdefault(t.source or t.name, t)
+        if other.types != t.types:
+            raise where.error(f"tables.{t.name}.types", f"differ from tables.{other.name}.types, which reads the same "
+                              "source: one source is loaded once, with one set of types")
 
 
 def _check_links(where: _Where, tables: Mapping[str, TablePolicy], declared: set[str] = frozenset()) -> None:
@@ -838,6 +871,28 @@ def _column_policy(where: _Where, key: str, cname: str, c: Any) -> ColumnPolicy:
         if lower is None:
             raise where.error(f"{key}.bounds", "\"auto\" needs an outer hard range: numeric lower and upper")
     return ColumnPolicy(cname.lower(), lower, upper, values, ident, span, auto is not None)
+
+
+def _types(where: _Where, key: str, value: Any) -> FileTypes:
+    """[tables.NAME.types] / [public.types.NAME]: column = "TYPE" for each column of a table read
+    from a file, in the order given; the table is loaded with exactly these columns."""
+    value = _table(where, key, value)
+    if not value:
+        raise where.error(key, "declares no column")
+    out: dict[str, str] = {}
+    for cname, typ in value.items():
+        name = cname.strip().lower()
+        if not name:
+            raise where.error(key, "a column name is empty")
+        if name in out:
+            raise where.error(f"{key}.{cname}", "declared twice (names are case-insensitive)")
+        canonical = file_type(typ) if isinstance(typ, str) else None
+        if canonical is None:
+            raise where.error(f"{key}.{cname}", "must be a type name in quotes: BOOLEAN, SMALLINT, INTEGER, BIGINT, "
+                              "DOUBLE, DECIMAL(p, s), VARCHAR, DATE, TIMESTAMP, TIMESTAMPTZ, TIME or UUID "
+                              "(dpsql.filetypes)")
+        out[name] = canonical
+    return tuple(out.items())
 
 
 def _date_like(value: Any) -> bool:

@@ -264,7 +264,7 @@ class Session:
         if analyst is None:
             raise InterfaceError("an analyst is needed: whose privacy budget to charge")
         pol = load_policy(policy)
-        engine = open_engine(target, sources=path_sources(pol), **engine_options)
+        engine = open_engine(target, sources=path_sources(pol), types=pol.file_types(), **engine_options)
         try:
             return cls(engine, pol, analyst, rng=rng)
         except BaseException:
@@ -1126,6 +1126,7 @@ def read_schema(policy: Policy, engine: Engine, *, check_types: bool = True) -> 
             raise KeyError(name)
         return dict(facts[name].columns)
 
+    _declared_file_types(policy, getattr(engine, "guessed", frozenset()), refs, public)
     policy.check_schema(columns)
     cols, unique, not_null = {}, set(), set()
     for t in policy.tables.values():
@@ -1144,6 +1145,23 @@ def read_schema(policy: Policy, engine: Engine, *, check_types: bool = True) -> 
         key, _, problem = problems[0].partition(": ")
         raise policy.problem(key, problem)       # with its line in the policy file
     return schema
+
+
+def _declared_file_types(policy: Policy, guessed: frozenset[str], refs: Mapping[str, str],
+                         public: list[str]) -> None:
+    """Refuse a policy that shows an analyst a table the engine read from a file with types it
+    guessed from the values: those types are read for free, so they must be the policy's
+    (dpsql.filetypes argues it)."""
+    why = ("is read from a file without declared column types: its types would be guessed from the values, "
+           "and one person's value (52000.5, N/A) could change a type that every analyst reads for free. "
+           "List each column and its type under [{key}] (`dpsql init FILE` writes them from the file)")
+    for t in policy.tables.values():
+        if refs[t.name] in guessed:
+            raise policy.problem(f"tables.{t.name}", f"{t.name!r} " + why.format(key=f"tables.{t.name}.types"))
+    for name in public:
+        if name in guessed:
+            raise policy.problem("public.tables",
+                                 f"the public table {name!r} " + why.format(key=f"public.types.{name}"))
 
 
 def release_delay(start: float, timing) -> None:
@@ -1365,7 +1383,8 @@ class Backend:
             raise InterfaceError("a policy is needed: a TOML file path or a dict")
         self.policy = load_policy(policy)
         self.target = target
-        self.engine = open_engine(target, sources=path_sources(self.policy), **engine_options)
+        self.engine = open_engine(target, sources=path_sources(self.policy), types=self.policy.file_types(),
+                                  **engine_options)
         self._lock = threading.Lock()
         self.plans = PlanCache(_SHARED_PLAN_CACHE)     # shared by the sessions (keys carry the analyst)
         try:

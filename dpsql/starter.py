@@ -6,6 +6,11 @@ Only the file's column names and types go into the policy; never a value: no min
 list of distinct values (a rare value may be one person's). Bounds and value lists must come from
 what is public about the domain. Every declaration is written commented out, so the user decides
 what to expose; with one privacy_unit line uncommented the file is a valid policy.
+
+For a file, init also writes the table's `types`, uncommented: the column types dpsql reads the
+file with, so that no type an analyst sees depends on a value at query time (dpsql.filetypes).
+The owner runs init, so its reading of the values (a CSV column keeps DuckDB's inferred type only
+if every value reads as it, else VARCHAR: dpsql.engines.duckdb.file_columns) is the owner's.
 """
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import shlex
 
 from dpsql.engines.duckdb import file_columns, file_table_name, is_file_target
 from dpsql.errors import InterfaceError
+from dpsql.filetypes import file_type
 
 _BARE = re.compile(r"[A-Za-z0-9_-]+")
 _NUMERIC = re.compile(r"^(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|U\w*INT|FLOAT|DOUBLE|DOUBLE PRECISION|REAL|"
@@ -129,4 +135,28 @@ def _policy_text(target: str, tables: dict[str, list[tuple[str, str]]], *, file:
         ]
         for name, sql_type in columns:
             out.append(f"# {_key(name)} = {{}}{' ' * (width - len(_key(name)))}  # {sql_type}: {_hint(sql_type)}")
+        if file:
+            out += _types_text(table, columns, width)
     return "\n".join(out) + "\n"
+
+
+def _types_text(table: str, columns: list[tuple[str, str]], width: int) -> list[str]:
+    """[tables.T.types]: every column of the file and the type dpsql reads it as."""
+    out = [
+        "",
+        f"[tables.{_key(table)}.types]",
+        "# The file's columns and the types dpsql reads them as. Analysts see these types for free,",
+        "# so dpsql never takes them from the values when it opens the file: a value that does not",
+        "# read as its column's type is read as NULL, and a column left out here is not loaded.",
+        "# `dpsql init` guessed them from the file as it is now (VARCHAR where some value did not read",
+        "# as the guessed type): make each the type the column means (income: DOUBLE), not the type",
+        "# today's values happen to have, since a type chosen from the values tells what they are.",
+    ]
+    for name, sql_type in columns:
+        typ = file_type(sql_type)
+        pad = " " * (width - len(_key(name)))
+        if typ is None:
+            out.append(f'# {_key(name)} = "VARCHAR"{pad}  # {sql_type}: not a type dpsql reads files as; left out')
+        else:
+            out.append(f'{_key(name)} = "{typ}"')
+    return out

@@ -364,6 +364,14 @@ def spark_session(request, tmp_path_factory):
     spark.stop()
 
 
+def file_types(path: str) -> dict[str, str]:
+    """A Parquet or CSV file's column types as a policy declares them ([tables.T.types]), read by
+    the owner's reading `dpsql init` uses (dpsql.engines.duckdb.file_columns)."""
+    from dpsql.engines.duckdb import file_columns
+    from dpsql.filetypes import file_type
+    return {name: file_type(typ) for name, typ in file_columns(path) if file_type(typ) is not None}
+
+
 def register_parquet(spark, tables: dict[str, str], database: str = "default") -> None:
     """Parquet files as external catalog tables (shared by every session of the SparkContext)."""
     spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")

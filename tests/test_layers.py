@@ -19,10 +19,11 @@ ALLOWED = {
     "cost": set(),
     "dialects": set(),    # engine capabilities as data (sqlglot only), for the analysis and the rewrite
     "accounting": set(),  # zCDP and composition arithmetic: a leaf, like cost
-    "policy": {"errors"},
+    "filetypes": set(),   # declared types of file tables: a leaf the policy, the engines and init share
+    "policy": {"errors", "filetypes"},
     "analysis": {"errors", "policy", "cost", "analysis", "sqltext", "dialects"},
     "rewrite": {"errors", "policy", "cost", "analysis", "rewrite", "dialects"},
-    "engines": {"errors", "engines"},
+    "engines": {"errors", "engines", "filetypes"},
     "noise": {"errors", "noise"},
     "ledger": {"errors", "accounting"},
     "guard": {"errors"},  # answer cache codec and audit log, beside the ledger
@@ -33,11 +34,12 @@ ALLOWED = {
     "session": {"errors", "policy", "cost", "accounting", "analysis", "rewrite", "engines", "noise", "ledger", "guard",
                 "explain", "postprocess", "demo"},
     "admin": {"errors", "policy", "analysis", "engines", "ledger", "session", "demo"},   # budget report, policy check
-    "starter": {"errors", "engines"},    # `dpsql init`: a starter policy from a file's names and types
+    "starter": {"errors", "engines", "filetypes"},    # `dpsql init`: a starter policy from a file's names and types
     "frontends": {"errors", "session", "admin", "frontends", "sqltext", "starter"},
     "__init__": {"errors", "frontends"},
 }
-NO_SQLGLOT = {"noise", "ledger", "guard", "postprocess", "engines", "policy", "errors", "cost", "sqltext", "accounting"}
+NO_SQLGLOT = {"noise", "ledger", "guard", "postprocess", "engines", "policy", "errors", "cost", "sqltext", "accounting",
+              "filetypes"}
 
 
 def _group(path: Path) -> str:

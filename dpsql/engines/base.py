@@ -116,7 +116,8 @@ def path_sources(policy: Any) -> dict[str, str]:
     return out
 
 
-def open_engine(target: Any, *, sources: Mapping[str, str] | None = None, **options: Any) -> Engine:
+def open_engine(target: Any, *, sources: Mapping[str, str] | None = None,
+                types: Mapping[str, Any] | None = None, **options: Any) -> Engine:
     """An engine for a target:
 
     - DuckDB: a file path, ':memory:', 'duckdb:///path', or a duckdb connection object;
@@ -132,7 +133,8 @@ def open_engine(target: Any, *, sources: Mapping[str, str] | None = None, **opti
     (DuckDB: threads, memory_limit; PostgreSQL: schema, statement_timeout, connect_timeout;
     Spark: conf, shuffle_partitions, executor_memory, executor_cores). `sources` (from
     path_sources) are the policy's file sources, loaded by DuckDB when it opens; Spark reads
-    them itself when first asked, other engines ignore them.
+    them itself when first asked, other engines ignore them. `types` (Policy.file_types) are the
+    declared column types of the tables DuckDB and Spark read from files (dpsql.filetypes).
     """
     from dpsql.errors import InterfaceError
     if isinstance(target, str):
@@ -142,7 +144,7 @@ def open_engine(target: Any, *, sources: Mapping[str, str] | None = None, **opti
             return PostgresEngine(target, **options)
         if scheme == "spark":
             from dpsql.engines.spark import SparkEngine
-            return SparkEngine(target, **options)
+            return SparkEngine(target, types=types, **options)
         if scheme not in ("", "duckdb"):
             raise InterfaceError(f"unknown target scheme {scheme!r}: use a DuckDB file path, "
                                  "':memory:', duckdb:///path, a .csv or .parquet file, postgresql://... "
@@ -152,7 +154,7 @@ def open_engine(target: Any, *, sources: Mapping[str, str] | None = None, **opti
             path = target.split("://", 1)[1]
             path = path.removeprefix("/")
         from dpsql.engines.duckdb import DuckDBEngine
-        return DuckDBEngine(path or ":memory:", sources=sources, **options)
+        return DuckDBEngine(path or ":memory:", sources=sources, types=types, **options)
     if type(target).__name__ == "DuckDBPyConnection":
         from dpsql.engines.duckdb import DuckDBEngine
         return DuckDBEngine(target, **options)
@@ -161,5 +163,5 @@ def open_engine(target: Any, *, sources: Mapping[str, str] | None = None, **opti
         return PostgresEngine(target, **options)
     if type(target).__module__.startswith("pyspark") and type(target).__name__ == "SparkSession":
         from dpsql.engines.spark import SparkEngine
-        return SparkEngine(target, **options)
+        return SparkEngine(target, types=types, **options)
     raise InterfaceError(f"unsupported target of type {type(target).__name__}")

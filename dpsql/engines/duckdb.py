@@ -9,8 +9,18 @@ Files as tables: a CSV or Parquet target (`people.csv`, `data/visits.parquet`, a
 in-memory database holding one table named by the file's stem, and a policy `source` that names
 files (it has a `/` or ends in .parquet, as on Spark) is loaded into a table of that name in an
 in-memory catalog `dpsql_files` attached beside the database. Both are read once, when the engine
-opens (read_csv_auto / read_parquet), and only then is external access disabled and the
-configuration locked: later statements can read no file. A loaded file is a snapshot: changes to
+opens, and only then is external access disabled and the configuration locked: later statements
+can read no file.
+
+Types of file tables: with the policy's declared types (`types`, Policy.file_types) a file is read
+in a fixed way no value can steer (CSV: a header line, comma- or tab-separated by the extension,
+RFC 4180 quotes, no comment or skipped lines, every field as text; Parquet: columns matched by
+name over a glob, partition values as text) and each declared column is TRY_CAST to its type, so
+a value that does not read as it is NULL and the table's columns and types are the policy's. Why
+the types must not come from the values, and what else an analyst reads for free: dpsql.filetypes.
+Without declared types the types are DuckDB's guess from the values (CSV) or the files (Parquet),
+and the table is listed in `guessed`: dpsql.session.read_schema refuses a policy that lets an
+analyst see such a table. A loaded file is a snapshot: changes to
 it are seen on the next connect. A table made from a file has no PRIMARY KEY, UNIQUE or NOT NULL,
 so no query may assume its privacy unit unique or non-NULL (every query pre-aggregates per unit
 and filters NULL units), whatever the file holds.
@@ -30,13 +40,14 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import duckdb
 
 from dpsql.engines.base import Expect, Rows, TableFacts, check_facts
 from dpsql.errors import EngineError, InterfaceError, QueryCanceled
+from dpsql.filetypes import file_type
 
 log = logging.getLogger("dpsql.engine")
 
@@ -76,39 +87,111 @@ def file_table_name(path: str) -> str:
     return "_" + name if name[0].isdigit() else name
 
 
-def _reader(path: str) -> str:
-    return "read_parquet(?)" if path.lower().endswith(".parquet") else "read_csv_auto(?)"
+def _is_parquet(path: str) -> bool:
+    return path.lower().endswith(".parquet")
+
+
+def _csv_options(path: str) -> str:
+    """The dialect dpsql reads a CSV file in, fixed rather than sniffed (see the module docstring):
+    RFC 4180 quoting, a header line, comma-separated (.csv) or tab-separated (.tsv), no comment
+    lines, no skipped lines, and files of a glob matched by column name."""
+    delim = "\\t" if path.lower().endswith((".tsv", ".tsv.gz")) else ","
+    return (f"header = true, delim = E'{delim}', quote = '\"', escape = '\"', comment = '', skip = 0, "
+            "union_by_name = true, hive_types_autocast = false")
+
+
+def _guessing_reader(path: str) -> str:
+    """The reading whose types DuckDB guesses from the values (CSV) or takes from the files
+    (Parquet): only for a file whose types no policy declares (see the module docstring)."""
+    if _is_parquet(path):
+        return "read_parquet(?, union_by_name = true)"
+    return f"read_csv(?, {_csv_options(path)})"
+
+
+def _declared_reader(path: str) -> str:
+    """The reading whose columns' types are the file's own (Parquet metadata) or VARCHAR (CSV):
+    nothing here depends on a value, and the declared types are applied by TRY_CAST on top."""
+    if _is_parquet(path):
+        return "read_parquet(?, union_by_name = true, hive_types_autocast = false)"
+    return f"read_csv(?, all_varchar = true, {_csv_options(path)})"
 
 
 def _exists(path: str) -> bool:
     return bool(glob.glob(path)) if glob.has_magic(path) else os.path.exists(path)
 
 
+def _unreadable(path: str, err: Exception) -> InterfaceError:
+    log.warning("duckdb could not read %s: %s", path, err)
+    if _is_parquet(path):
+        return InterfaceError(f"cannot read {path!r} as Parquet (details are in the log)")
+    sep = "tab" if ".tsv" in path.lower() else "comma"
+    return InterfaceError(f"cannot read {path!r} as CSV with a header line, {sep}-separated, quoted with \" (a line "
+                          "with more fields than the header, an unclosed quote or another encoding than UTF-8? "
+                          "details are in the log)")
+
+
 def file_columns(path: str) -> list[tuple[str, str]]:
-    """A CSV or Parquet file's column names and DuckDB types (DuckDB infers CSV types from a
-    sample of the rows; only the names and types are returned, never a value)."""
+    """A CSV or Parquet file's column names and the types dpsql would read them as, for the owner's
+    `dpsql init` (it reads every value: only the owner runs it). Parquet: the type of the files'
+    metadata (widened over a glob). CSV: the names of the header line as dpsql reads it, and the
+    type DuckDB infers from the values where every value of the column reads as that type (TRY_CAST
+    of each, as the declared reading does), else VARCHAR. Only names and types are returned, never
+    a value."""
     if not _exists(path):
         raise InterfaceError(f"no such file: {path!r}")
     con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
                                              "autoload_known_extensions": False})
     try:
-        return [(r[0], r[1]) for r in con.execute(f"DESCRIBE SELECT * FROM {_reader(path)}", [path]).fetchall()]
+        con.execute(f"CREATE TABLE stage AS SELECT * FROM {_declared_reader(path)}", [path])
+        names = [(r[0], r[1]) for r in con.execute("DESCRIBE stage").fetchall()]
+        if _is_parquet(path):
+            return names
+        guessed = {r[0]: r[1] for r in con.execute(f"DESCRIBE SELECT * FROM {_guessing_reader(path)}",
+                                                    [path]).fetchall()}
+        typed = [(n, guessed.get(n, "VARCHAR")) for n, _ in names]
+        checks = [f"bool_and({_quote(n)} IS NULL OR TRY_CAST({_quote(n)} AS {t}) IS NOT NULL)"
+                  for n, t in typed if t != "VARCHAR"]
+        if not checks:
+            return typed
+        ok = iter(con.execute(f"SELECT {', '.join(checks)} FROM stage").fetchone())
+        return [(n, t if t == "VARCHAR" or next(ok) is not False else "VARCHAR") for n, t in typed]
     except duckdb.Error as err:
-        log.warning("duckdb could not read %s: %s", path, err)
-        raise InterfaceError(f"cannot read {path!r} as {'Parquet' if path.lower().endswith('.parquet') else 'CSV'} "
-                             "(details are in the log)") from None
+        raise _unreadable(path, err) from None
     finally:
         con.close()
+
+
+_STAGE = "temp.main.dpsql_stage"
+
+
+def _casts(path: str, names: Mapping[str, str], declared: Sequence[tuple[str, str]]) -> str:
+    """The select list reading each declared column (names: the file's, by lower-case name) as its type."""
+    out = []
+    for column, sql_type in declared:
+        typ = file_type(sql_type)
+        if typ is None:
+            raise InterfaceError(f"{sql_type!r} is not a type dpsql reads files as (dpsql.filetypes)")
+        if column.lower() not in names:
+            raise InterfaceError(f"{path!r} has no column {column!r}, which the policy declares "
+                                 f"(its columns: {', '.join(sorted(names))})")
+        out.append(f"TRY_CAST({_quote(names[column.lower()])} AS {typ}) AS {_quote(column.lower())}")
+    return ", ".join(out)
 
 
 class DuckDBEngine:
     dialect = "duckdb"
 
     def __init__(self, target: str | duckdb.DuckDBPyConnection, *, threads: int | None = None,
-                 memory_limit: str | None = None, sources: Mapping[str, str] | None = None):
+                 memory_limit: str | None = None, sources: Mapping[str, str] | None = None,
+                 types: Mapping[str, Sequence[tuple[str, str]]] | None = None):
         """target: a database file, ':memory:', a CSV/Parquet file (or glob), or a connection.
-        sources: policy source (a path as written) -> the file or glob to read it from."""
+        sources: policy source (a path as written) -> the file or glob to read it from.
+        types: the declared (column, type) list of each file table, keyed by the target's table
+        name or the source as written (Policy.file_types); a file table without one is read with
+        types guessed from the file and named in `guessed`."""
         self._lock = threading.Lock()
+        self.files: frozenset[str] = frozenset()       # tables read from files (name, or source as written)
+        self.guessed: frozenset[str] = frozenset()     # those whose types came from the file, not the policy
         if isinstance(target, str):
             files = {file_table_name(target): target} if is_file_target(target) else {}
             sources = {k: v for k, v in (sources or {}).items() if is_path(k)}
@@ -130,7 +213,7 @@ class DuckDBEngine:
                 raise InterfaceError(f"cannot open DuckDB database {target!r}: {err}") from None
             try:
                 if files or sources:
-                    self._load(files, sources)
+                    self._load(files, sources, types or {})
             except BaseException:
                 self._con.close()
                 raise
@@ -143,23 +226,44 @@ class DuckDBEngine:
             self.name = "<connection>"
             self.facts_fixed = False
 
-    def _load(self, files: Mapping[str, str], sources: Mapping[str, str]) -> None:
-        """Read each file into its table, then disable external access and lock the configuration."""
+    def _load(self, files: Mapping[str, str], sources: Mapping[str, str],
+              types: Mapping[str, Sequence[tuple[str, str]]]) -> None:
+        """Read each file into its table (with its declared types where given), then disable
+        external access and lock the configuration."""
         if sources:
             self._con.execute(f"ATTACH ':memory:' AS {FILES_CATALOG} (READ_WRITE)")
-        todo = [(_quote(name), path) for name, path in files.items()]
-        todo += [(f"{FILES_CATALOG}.main.{_quote(ref)}", path) for ref, path in sources.items()]
-        for table, path in todo:
+        todo = [(name, _quote(name), path) for name, path in files.items()]
+        todo += [(ref, f"{FILES_CATALOG}.main.{_quote(ref)}", path) for ref, path in sources.items()]
+        guessed = set()
+        for key, table, path in todo:
             if not _exists(path):
                 raise InterfaceError(f"no such file: {path!r}")
+            declared = types.get(key)
+            if declared is None:
+                guessed.add(key)
             try:
-                self._con.execute(f"CREATE TABLE {table} AS SELECT * FROM {_reader(path)}", [path])
+                if declared is None:
+                    self._con.execute(f"CREATE TABLE {table} AS SELECT * FROM {_guessing_reader(path)}", [path])
+                else:
+                    self._load_typed(table, path, declared)
             except duckdb.Error as err:
-                log.warning("duckdb could not read %s: %s", path, err)
-                kind = "Parquet" if path.lower().endswith(".parquet") else "CSV"
-                raise InterfaceError(f"cannot read {path!r} as {kind} (details are in the log)") from None
+                raise _unreadable(path, err) from None
+        self.files, self.guessed = frozenset(k for k, _, _ in todo), frozenset(guessed)
         for key, value in (("enable_external_access", "false"), ("lock_configuration", "true")):
             self._con.execute(f"SET {key} = {value}")
+
+    def _load_typed(self, table: str, path: str, declared: Sequence[tuple[str, str]]) -> None:
+        """Load the declared columns of a file with their declared types: the file as read by
+        _declared_reader into a staging table, then TRY_CAST of each column, so a value that does
+        not read as its type is NULL. (Staged because DuckDB 2.0 pushes a cast down into its CSV
+        reader, where TRY_CAST fails on such a value instead.) The file's header (its column names,
+        not a value) must name every declared column."""
+        self._con.execute(f"CREATE TEMP TABLE {_STAGE} AS SELECT * FROM {_declared_reader(path)}", [path])
+        try:
+            names = {r[0].lower(): r[0] for r in self._con.execute(f"DESCRIBE {_STAGE}").fetchall()}
+            self._con.execute(f"CREATE TABLE {table} AS SELECT {_casts(path, names, declared)} FROM {_STAGE}")
+        finally:
+            self._con.execute(f"DROP TABLE {_STAGE}")
 
     # -- queries
     def run(self, sql: str, params: Mapping[str, object] | None = None, *, expect: Expect | None = None,
@@ -199,6 +303,7 @@ class DuckDBEngine:
         other._owned = True
         other.name = self.name
         other.facts_fixed = self.facts_fixed
+        other.files, other.guessed = self.files, self.guessed
         return other
 
     # -- catalog

@@ -13,7 +13,10 @@ Protected sources: a policy `source` that looks like a path (it contains a `/` o
 in `.parquet`: a Parquet file or a directory of them, local, hdfs://, s3a://...) is read
 with `spark.read.parquet` the first time the engine is asked about it and registered as a
 temporary view whose name is the path itself; the Spark rewrite reads it as one quoted
-identifier (`dpsql.rewrite.relation`). Those views are in neither base_tables() nor
+identifier (`dpsql.rewrite.relation`). With the policy's declared types (`types`) the view is
+try_cast of each declared column to its type, so neither a value nor the type one file was
+written with shows in the schema (dpsql.filetypes); a source read without them is listed in
+`guessed`, which dpsql.session.read_schema refuses to show an analyst. Those views are in neither base_tables() nor
 views(), so only the policy reaches them. Any other source is a catalog table name.
 
 Each run() is one statement that Spark's parser reads as a query (never a command), run
@@ -38,6 +41,7 @@ from typing import Any
 
 from dpsql.engines.base import Expect, Rows, TableFacts, check_facts
 from dpsql.errors import EngineError, Error, InterfaceError, QueryCanceled
+from dpsql.filetypes import file_type
 
 log = logging.getLogger("dpsql.engine")
 
@@ -82,11 +86,13 @@ class SparkEngine:
 
     def __init__(self, target: Any, *, conf: Mapping[str, Any] | None = None,
                  shuffle_partitions: int | None = None, executor_memory: str | None = None,
-                 executor_cores: int | None = None):
+                 executor_cores: int | None = None, types: Mapping[str, Any] | None = None):
         """target: a spark:// URL or a SparkSession. conf: Spark settings for a SparkContext
         dpsql starts (spark.executor.memory, ...); shuffle_partitions, executor_memory and
-        executor_cores are shorthands for the usual ones."""
+        executor_cores are shorthands for the usual ones. types: the declared (column, type)
+        list of each path source (Policy.file_types, dpsql.filetypes)."""
         self._lock = threading.Lock()
+        self._types = {k: tuple(v) for k, v in (types or {}).items() if is_path(k)}
         self._group = f"dpsql-{uuid.uuid4().hex}"
         self._cancelling = False
         self._sources: dict[str, str] = {}          # view name (the path) -> path
@@ -155,6 +161,7 @@ class SparkEngine:
         other._closed = False
         other._spark = self._spark
         other.name = self.name
+        other._types = self._types
         with self._lock:
             other._sources = dict(self._sources)
         with _contexts_lock:
@@ -225,12 +232,26 @@ class SparkEngine:
             if table not in self._sources:
                 try:
                     df = self._spark.read.parquet(table)
-                    df.createOrReplaceTempView(_quote(table))
                 except Exception as err:
                     log.warning("spark could not read source: %s", err)
                     raise KeyError(table) from None
+                if table in self._types:
+                    df = df.selectExpr(*_typed(table, df.columns, self._types[table]))
+                df.createOrReplaceTempView(_quote(table))
                 self._sources[table] = table
         return _quote(table)
+
+    @property
+    def files(self) -> frozenset[str]:
+        """The path sources read so far."""
+        with self._lock:
+            return frozenset(self._sources)
+
+    @property
+    def guessed(self) -> frozenset[str]:
+        """The path sources read so far without declared types (their types are the files')."""
+        with self._lock:
+            return frozenset(t for t in self._sources if t not in self._types)
 
     def table_columns(self, table: str) -> dict[str, str]:
         name = self._view(table)
@@ -322,6 +343,29 @@ _TYPES = {"ByteType": "TINYINT", "ShortType": "SMALLINT", "IntegerType": "INTEGE
           "FloatType": "FLOAT", "DoubleType": "DOUBLE", "StringType": "VARCHAR", "VarcharType": "VARCHAR",
           "CharType": "VARCHAR", "BooleanType": "BOOLEAN", "DateType": "DATE", "TimestampType": "TIMESTAMP",
           "TimestampNTZType": "TIMESTAMP", "BinaryType": "BLOB", "NullType": "NULL"}
+
+
+# A declared file type (dpsql.filetypes' names) -> the Spark SQL type it is read as.
+_SPARK_TYPES = {"BOOLEAN": "boolean", "TINYINT": "tinyint", "SMALLINT": "smallint", "INTEGER": "int",
+                "BIGINT": "bigint", "HUGEINT": "decimal(38,0)", "FLOAT": "float", "DOUBLE": "double",
+                "VARCHAR": "string", "DATE": "date", "TIMESTAMP": "timestamp", "TIMESTAMP WITH TIME ZONE": "timestamp"}
+
+
+def _typed(source: str, columns: list[str], declared: tuple[tuple[str, str], ...]) -> list[str]:
+    """The select list of a path source read with its declared types: try_cast of each declared
+    column (a value that does not read as its type is NULL, with ANSI mode on or off)."""
+    names = {c.lower(): c for c in columns}
+    out = []
+    for column, sql_type in declared:
+        typ = file_type(sql_type) or ""
+        spark = _SPARK_TYPES.get(typ) or (typ.lower() if typ.startswith("DECIMAL(") else None)
+        if spark is None:
+            raise InterfaceError(f"Spark cannot read a column as {sql_type!r}: declare another type for {column!r}")
+        if column.lower() not in names:
+            raise InterfaceError(f"{source!r} has no column {column!r}, which the policy declares "
+                                 f"(its columns: {', '.join(sorted(names))})")
+        out.append(f"try_cast({_quote(names[column.lower()])} AS {spark}) AS {_quote(column.lower())}")
+    return out
 
 
 def _type_name(dtype: Any) -> str:

@@ -93,8 +93,10 @@ def init(target: str, tables: tuple[str, ...], output: str | None, force: bool) 
     TARGET is a .csv/.tsv/.parquet file, a DuckDB file or a postgresql:// URL. Every column is
     listed commented out with its type and what each declaration means (privacy_unit,
     lower/upper bounds, values), with a [budget] section. Only column names and types are read:
-    no minimum, maximum or distinct values go into the policy. Uncomment one privacy_unit line
-    per table and the columns analysts may use, then run `dpsql policy check`.
+    no minimum, maximum or distinct values go into the policy. For a file, the table's types
+    ([tables.T.types]) are written uncommented: dpsql reads the file with them, never with types
+    guessed from the values. Uncomment one privacy_unit line per table and the columns analysts
+    may use, then run `dpsql policy check`.
     """
     from dpsql.starter import (
         database_starter_policy,

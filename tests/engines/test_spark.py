@@ -10,7 +10,7 @@ import dpsql
 from dpsql.engines.base import open_engine
 from dpsql.engines.spark import SparkEngine, is_path, master_of
 from dpsql.errors import EngineError, InterfaceError, QueryCanceled, QueryRejected
-from tests.conftest import export_parquet, policy_for
+from tests.conftest import export_parquet, file_types, policy_for
 
 pytestmark = pytest.mark.spark
 
@@ -82,8 +82,9 @@ def test_parquet_sources_through_the_policy(people_spark, parquet, tmp_path):
     can reach it only by the policy's table name."""
     pol = policy_for(tmp_path)
     for name in ("people", "visits"):
-        pol["tables"][name] = dict(pol["tables"][name], source=parquet[name])
-    pol["tables"]["sick"] = dict(pol["tables"].pop("people_pk"), source=parquet["people"])
+        pol["tables"][name] = dict(pol["tables"][name], source=parquet[name], types=file_types(parquet[name]))
+    pol["tables"]["sick"] = dict(pol["tables"].pop("people_pk"), source=parquet["people"],
+                                 types=file_types(parquet["people"]))
     with dpsql.connect(people_spark, policy=pol, analyst="alice") as c:
         session = c.session
         assert parquet["people"] not in session.engine.base_tables()
@@ -131,3 +132,36 @@ def test_clones_share_sources_and_interrupt_only_their_own_query(people_spark, p
         b.close()
         a.close()
     assert not a._spark.sparkContext._jsc.sc().isStopped()    # the test session's context is not ours to stop
+
+
+def test_parquet_sources_take_their_types_from_the_policy(people_spark, tmp_path):
+    """A path source is read with the policy's types (try_cast: a value that does not read is NULL),
+    whatever type one person's file has; a source without declared types is refused at load
+    (dpsql.filetypes)."""
+    import duckdb
+    for odd in ("bigint", "text"):
+        d = tmp_path / odd
+        d.mkdir()
+        con = duckdb.connect()
+        for i in range(1, 5):
+            income = "'N/A'" if odd == "text" and i == 3 else f"{30000 + i}::BIGINT"
+            con.execute(f"COPY (SELECT {i}::BIGINT AS person_id, {income} AS income, 'x' AS secret) "
+                        f"TO '{d / f'p{i}.parquet'}' (FORMAT parquet)")
+        con.close()
+    seen = []
+    for odd in ("bigint", "text"):
+        source = str(tmp_path / odd / "p3.parquet")       # one person's file
+        types = {source: (("person_id", "BIGINT"), ("income", "BIGINT"))}
+        engine = open_engine(people_spark, types=types)
+        try:
+            seen.append(engine.table_columns(source))
+            assert engine.run(f"SELECT person_id, income FROM `{source}`").rows == \
+                [(3, None if odd == "text" else 30003)]
+            assert engine.guessed == frozenset() and engine.files == {source}
+        finally:
+            engine.close()
+    assert seen == [{"person_id": "BIGINT", "income": "BIGINT"}] * 2
+    pol = policy_for(tmp_path)
+    pol["tables"]["people"] = dict(pol["tables"]["people"], source=str(tmp_path / "text" / "p3.parquet"))
+    with pytest.raises(dpsql.PolicyError, match=r"tables\.people: .*without declared column types"):
+        dpsql.connect(people_spark, policy=pol, analyst="alice")

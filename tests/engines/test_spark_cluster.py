@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import export_parquet, policy_for
+from tests.conftest import export_parquet, file_types, policy_for
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,7 +125,7 @@ def test_core_cases_on_a_standalone_cluster(cluster, people_db, tmp_path):
     files = export_parquet(people_db, tmp_path / "parquet")
     pol = policy_for(tmp_path)
     for name in ("people", "visits"):
-        pol["tables"][name] = dict(pol["tables"][name], source=files[name])
+        pol["tables"][name] = dict(pol["tables"][name], source=files[name], types=file_types(files[name]))
     pol["tables"].pop("people_pk")
     columns = dict(pol["tables"]["visits"]["columns"], kind={})     # no public domain: partition selection
     pol["tables"]["visits"] = dict(pol["tables"]["visits"], columns=columns)

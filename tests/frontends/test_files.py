@@ -25,6 +25,10 @@ lower = 0
 upper = 100
 [tables.people.columns.state]
 values = ["CA", "NY", "TX"]
+[tables.people.types]
+person_id = "BIGINT"
+age = "INTEGER"
+state = "VARCHAR"
 """
 
 
@@ -77,7 +81,8 @@ def test_files_have_no_keys_and_the_engine_reads_no_file_after_connect(files):
         facts = engine.facts(["people", "parts/*.parquet"])
         for f in facts.values():              # nothing assumed unique or non-NULL: a file has no constraints
             assert f.kind == "table" and f.unique == frozenset() and f.not_null == frozenset()
-        assert dict(facts["people"].columns)["person_id"] == "BIGINT"
+        assert dict(facts["people"].columns)["person_id"] == "BIGINT"     # no declared types: DuckDB's guess,
+        assert engine.guessed == {"people", "parts/*.parquet"}             # which no policy may show an analyst
         assert engine.base_tables() == {"people"}              # the loaded sources are not public tables
         for sql in (f"SELECT * FROM read_csv_auto('{files / 'people.csv'}')", "SET enable_external_access = true",
                     f"SELECT COUNT(*) FROM '{files / 'people.parquet'}'"):

@@ -60,6 +60,7 @@ def test_exact_clamps_hold_at_a_bound_doubles_cannot_scale_exactly(tmp_path, eng
     if engine == "spark":       # the table as a Parquet file, read through the policy's source
         request.getfixturevalue("spark_session")
         target, table["source"] = SPARK_TARGET, export_parquet(path, tmp_path / "parquet")["t"]
+        table["types"] = {"id": "BIGINT", "x": "DOUBLE"}
     pol = {"budget": {"epsilon": 100.0, "ledger": str(tmp_path / "l.sqlite")}, "tables": {"t": table}}
     conn = dpsql.connect(target, policy=pol, analyst="a", **options)
     session = conn.session
