@@ -411,6 +411,7 @@ class _Analysis:
         self.keys: list[GroupKey] = []
         self.key_refs: list = []           # per key: its ColRef, or "expr:<sql>" for an expression
         self.aliases: dict[str, Expr] = {}
+        self.alias_twice: set[str] = set()     # AS names of two different SELECT items
         self.narrow: dict[ColRef, tuple[frozenset | None, frozenset]] = {}
 
     # -- names
@@ -634,6 +635,8 @@ class _Analysis:
             name = alias or output_name(node, i)
             outputs.append(Output(name, expr, noisy, node.sql("postgres")))
             if alias:
+                if alias.lower() in self.aliases and self.aliases[alias.lower()] != expr:
+                    self.alias_twice.add(alias.lower())      # of two different items: ambiguous
                 self.aliases[alias.lower()] = expr
         return outputs
 
@@ -657,6 +660,9 @@ class _Analysis:
             return ("key", self.key_refs.index(ref))
         if isinstance(node, exp.Column):
             if not node.table and node.name.lower() in self.aliases and where != "SELECT":
+                if node.name.lower() in self.alias_twice:       # PostgreSQL refuses it too
+                    raise QueryRejected(f'{where} "{node.name}"', "it is ambiguous: two outputs have that name",
+                                        "give each output its own name with AS, or order by position")
                 return self.aliases[node.name.lower()]
             ref, info = self.resolve(node, where)
             if ref not in self.key_refs:

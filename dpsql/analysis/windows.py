@@ -147,7 +147,9 @@ def split(tree: exp.Select, output_name) -> tuple[exp.Select, dict]:
     for o in (tree.args.get("order").expressions if tree.args.get("order") else []):
         e = o.this
         if isinstance(e, exp.Column) and not e.table and e.name.lower() in own:
-            if [n.lower() for n in names].count(e.name.lower()) > 1:      # PostgreSQL refuses it too
+            if len({i.this.sql(dialect="postgres") for i in tree.expressions
+                    if isinstance(i, exp.Alias) and i.alias.lower() == e.name.lower()}) > 1:
+                # two different items of that AS name: PostgreSQL refuses it too (so does the analysis)
                 raise QueryRejected(f'ORDER BY "{e.name}"', "it is ambiguous: two outputs have that name",
                                     "give each output its own name with AS, or order by position")
             order.append(o.copy())

@@ -583,6 +583,7 @@ class _Walk(Values):
     def __init__(self, text: str, repair: bool):
         self.text, self.repair = text, repair
         self.sub: dict[int, Callable[[str], str]] = {}
+        self.as_twice: set[str] = set()             # N3: AS names of two items of the query being read
         self.ids = count()
         self.fresh_ids = count(1)
         self.parent: dict[int, Tree] = {}
@@ -1570,6 +1571,11 @@ class _Walk(Values):
         for o in outputs:
             if o.name is not None:
                 alias_count[o.name] = alias_count.get(o.name, 0) + 1
+        spelled: dict[str, set[str]] = {}         # N3: an AS name of two different items is ambiguous in ORDER BY
+        for o in outputs:
+            if o.alias is not None:
+                spelled.setdefault(o.name, set()).add(re.sub(r"\s+", "", self.render(o.node.children[0])).lower())
+        self.as_twice = {n for n, texts in spelled.items() if len(texts) > 1}
         grouped: set[tuple] = set()
         group = self.trees(node, "group_clause")
 
@@ -1905,6 +1911,9 @@ class _Walk(Values):
                 toks = self.toks(colnode)
                 name = ident(toks[-1].value)
                 if len(toks) == 1 and name in aliases and not a_column(name):
+                    if not having and name in self.as_twice:
+                        self.bad(f"N3: ORDER BY {toks[0].value} names two SELECT items")
+                        self.replace(node, "COUNT(*)")
                     continue                                   # the alias, not the column
                 try:
                     item, col = self.column(colnode, scope, frozenset({"KEY_COL"}), "key column", key_ok)
@@ -1914,7 +1923,10 @@ class _Walk(Values):
             elif node.data in ("alias_ref", "key_alias_ref"):
                 tok = node.children[0]
                 name = ident(tok.value)
-                if a_column(name):
+                if not having and name in self.as_twice:
+                    self.bad(f"N3: ORDER BY {tok.value} names two SELECT items")
+                    self.replace(node, "COUNT(*)")
+                elif a_column(name):
                     as_column(tok, node)
                 elif in_arithmetic(node):
                     if name not in agg_aliases:
