@@ -15,7 +15,9 @@ it are seen on the next connect. A table made from a file has no PRIMARY KEY, UN
 so no query may assume its privacy unit unique or non-NULL (every query pre-aggregates per unit
 and filters NULL units), whatever the file holds.
 
-Schema facts a query relies on (TableFacts): a file dpsql opened read-only cannot change
+Schema facts a query relies on (TableFacts; which columns compare under a collation other than
+binary, and the connection's default_collation, come from the binder: DuckDBEngine._inexact): a
+file dpsql opened read-only cannot change
 while it is open (DuckDB's file lock admits no writer beside a reader, and this process
 cannot open it again read-write), nor can an in-memory database nobody else holds, so they
 need no check (facts_fixed); nor can the in-memory tables loaded from files, which nobody

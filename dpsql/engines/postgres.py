@@ -14,8 +14,8 @@ SELECT the tables the policy describes: READ ONLY does not stop a superuser's
 server-side functions (the analysis lets no such function through, but the role is
 the boundary that does not depend on it).
 
-Schema facts a query relies on (the unit's PRIMARY KEY, column types, NOT NULL, a relation
-being a base table) are read in the query's own transaction after `LOCK TABLE ... IN ACCESS
+Schema facts a query relies on (the unit's PRIMARY KEY, column types and collations, NOT NULL,
+a relation being a base table, the columns whose equality is not their text's: _INEXACT) are read in the query's own transaction after `LOCK TABLE ... IN ACCESS
 SHARE MODE` on every relation it names: any DDL that could change them (ALTER TABLE, DROP,
 CREATE OR REPLACE VIEW) needs a stronger lock, so it waits for the transaction to end, and a
 change committed before the lock was granted is seen by the catalog read that follows it. The
