@@ -175,6 +175,7 @@ def analyze(tree: exp.Expression, policy: Policy, schema: Schema, settings: Sett
         if window is not None:
             raise QueryRejected("window functions over public tables", "not part of the accepted subset")
         return _public(tree, policy, schema, dialect)
+    _check_collation(schema)
     for name in names:
         if name not in protected:
             _check_public(name, policy, schema)
@@ -290,6 +291,24 @@ def _qualified_names(tree: exp.Expression, policy: Policy, schema: Schema) -> ex
             return out
         return node
     return tree.transform(one)
+
+
+def _check_collation(schema: Schema) -> None:
+    """Refuse every private query when the engine compares text without a collation of its own
+    by one that is not bytewise (DuckDB's default_collation, on a connection its owner passed in:
+    TableFacts.collation, checked again in each query's transaction). Then not only a column's
+    values but the query's literals (a CASE key 'A' or 'a') and dpsql's own texts (the keys the
+    parts of a query are joined on, rewrite/keys.py) would be held equal when they differ, and a
+    group shown with the spelling of the first row met: bind.exact_equality has the argument."""
+    for facts in schema.facts.values():
+        collation = getattr(facts, "collation", None)
+        if collation:
+            raise QueryRejected("private queries on this connection",
+                                f"its default collation ({collation}) holds different texts equal, so the engine "
+                                "could merge groups and show the spelling of whichever row it meets first: the "
+                                "answer could reveal one person's row",
+                                "ask the connection's owner to RESET default_collation (dpsql's own connections "
+                                "keep the binary default)")
 
 
 def _refuse_statement_kind(tree: exp.Expression) -> None:

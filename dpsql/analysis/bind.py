@@ -76,6 +76,17 @@ class Catalog:
         f = self.facts.get(t.source or t.name)
         return f is not None and column in (getattr(f, "not_null", None) or ())
 
+    def inexact(self, ref: str) -> frozenset[str]:
+        """The columns of an engine relation whose equality is not that of their text
+        (TableFacts.inexact: exact_equality)."""
+        f = self.facts.get(ref)
+        return frozenset(getattr(f, "inexact", None) or ())
+
+    def columns(self, t: TablePolicy) -> dict[str, ColumnInfo]:
+        """A protected table's columns as the policy declares them and the engine types them."""
+        inexact = self.inexact(t.source or t.name)
+        return {c: ColumnInfo(c, ty, t.column(c), inexact=c in inexact) for c, ty in self.protected[t.name].items()}
+
 
 def bind(sel: exp.Select, cat: Catalog, *, where_conjuncts: list[exp.Expression] | None = None) -> Relation:
     """The Relation of a qualified SELECT's FROM and joins. Row filters of unmerged row-level
@@ -120,14 +131,14 @@ def _instance(node: exp.Expression, cat: Catalog, extra: list[exp.Expression], *
             cat.binding.pop()
     t = cat.policy_table(name)
     if t is not None:
-        cols = cat.protected[t.name]
-        columns = {c: ColumnInfo(c, ty, t.column(c)) for c, ty in cols.items()}
+        columns = cat.columns(t)
         return Instance(alias, "protected", t.source or t.name, columns, unit=t.privacy_unit, link=t.link,
                         unique=t.privacy_unit is not None and cat.unique(t, t.privacy_unit),
                         not_null=t.privacy_unit is not None and cat.not_null(t, t.privacy_unit),
                         rows=t.max_rows_per_unit, groups=t.max_groups_per_unit, policy=t)
     if name in cat.public:
-        columns = {c: ColumnInfo(c, ty, public=True) for c, ty in cat.public[name].items()}
+        inexact = cat.inexact(name)
+        columns = {c: ColumnInfo(c, ty, public=True, inexact=c in inexact) for c, ty in cat.public[name].items()}
         return Instance(alias, "public", name, columns)
     raise QueryRejected(f"the table {name!r}", "the policy does not declare it public",
                         _or_ask(table_hint(name, cat.policy, cat.public)))
@@ -290,6 +301,9 @@ def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
 
 
 def _resolve_in(scope: list[Instance], col: exp.Column) -> tuple[ColRef, ColumnInfo]:
+    """The column a qualified reference names. Every column a query reads (in any clause, at any
+    depth: keys, aggregates, WHERE, ON, semi-joins, per-unit subqueries) is resolved here, so
+    exact_equality is checked here for all of them."""
     if not col.table:
         raise QueryRejected(f"the column {col.name!r}", "it could not be resolved to a table")
     for inst in scope:
@@ -297,8 +311,54 @@ def _resolve_in(scope: list[Instance], col: exp.Column) -> tuple[ColRef, ColumnI
             info = inst.columns.get(col.name.lower())
             if info is None:
                 raise QueryRejected(f"the column {col.name!r}", f"it is not a column of {inst.alias!r}")
+            exact_equality(info)
             return (inst.alias, info.name), info
     raise QueryRejected(f"the qualifier {col.table!r}", "it is not a table or alias of this query")
+
+
+def exact_equality(info: ColumnInfo, role: str = "") -> None:
+    """Refuse to read a column whose equality in the engine is not the equality of its text.
+
+    The attack. A column with a case- or accent-insensitive collation (DuckDB's COLLATE NOCASE,
+    NOACCENT, NFC or an ICU locale; a PostgreSQL ICU collation created with deterministic = false;
+    PostgreSQL's citext type, whose = compares lower-cased text) makes the engine hold 'CA' and
+    'ca' equal. GROUP BY then merges them into one group and prints it with the spelling of the
+    first row it meets, and that row may be one person's. The release looks each key's text up
+    in the public domain by exact string (session._domain_lookup; partition selection releases
+    the text itself): when the one person who wrote 'ca' is met first, the whole group of 'CA'
+    is dropped (released as 0 plus noise) or released under that person's spelling. Either way
+    the output reveals that person's row with certainty, at any epsilon: the released key is no
+    longer a function of the group's value, which the privacy of a released key relies on
+    (partition selection, Korolova et al. 2009 and Desfontaines et al. 2022, releases keys whose
+    value many units share; a public domain releases only its own values: REFERENCES.md,
+    "Bounding contributions and groups"). The same equality decides the other places dpsql lets
+    the engine compare text: joins of the parts of a query (quantiles, sample-and-aggregate,
+    COUNT(DISTINCT), top-k) on the keys' text, a key IN its domain, a WHERE comparison with a
+    declared value (V5 narrows a domain by Python's equality), COUNT(DISTINCT col), joins and
+    semi-joins, and the privacy unit itself: two people whose ids differ only in case would be
+    one unit to the engine, and removing one of them would change that unit's bounded
+    contribution in up to twice the groups (L0) the sensitivity counts (Wilson et al. 2020).
+
+    The rule: one equality, the text's, everywhere. The engine reports which columns it compares
+    otherwise (engines.base.TableFacts.inexact, read from its catalog with the other facts and
+    checked again in each query's own transaction, on connections passed in by their owner too),
+    and no private query reads one: every column reference resolves through _resolve_in, which
+    calls this, and the columns a query reads without naming them (its units, links and link
+    keys) are checked in _finish. Refusing every read, not only the comparisons, keeps the rule
+    one check with no list of places to miss; what is lost is COUNT(col) and IS NULL of such a
+    column. A DuckDB connection whose default_collation is not binary compares every text so,
+    literals and dpsql's own key texts included: analyze refuses every private query on it
+    (analyze._check_collation)."""
+    if not info.inexact:
+        return
+    raise QueryRejected(f"the column {info.name!r}{role}",
+                        "the engine compares its values by a non-deterministic collation or a type of its own "
+                        "(a case- or accent-insensitive collation, citext), so differently spelled values would "
+                        "be one group shown with the spelling of whichever row the engine meets first: the "
+                        "answer could reveal one person's row",
+                        "ask the data owner for a view that gives the column an exact equality and declare its "
+                        "domain in that spelling, e.g. lower(col) COLLATE \"C\" on PostgreSQL (lower(col::text) "
+                        "for citext), lower(col) COLLATE \"binary\" on DuckDB")
 
 
 def _unit_ref(inst: Instance) -> ColRef | None:
@@ -317,6 +377,18 @@ def _finish(first: Instance, steps: list[JoinStep], classes: UnitClasses, cat: C
         if inst.kind == "public" or inst.link is None:
             continue
         units[inst.alias] = _link_unit(inst, instances, steps, classes, cat, units)
+    for inst in instances:      # the columns read without being named: units, links, link keys
+        if inst.kind == "public":
+            continue
+        read = [(inst.unit, " (the privacy unit)")] if inst.unit is not None else []
+        if inst.link is not None:
+            read.append((inst.link.column, " (a link)"))
+        read += [(i.link.key, " (a link's key)") for i in instances if i.link is not None
+                 and inst.policy is not None and i.link.table == inst.policy.name]
+        for col, role in read:
+            info = inst.columns.get(col)
+            if info is not None:
+                exact_equality(info, role)
     protected = [i for i in instances if i.kind != "public"]
     if not protected:
         return Relation(first, tuple(steps))
@@ -429,7 +501,7 @@ def _link_unit(inst: Instance, instances: list[Instance], steps: list[JoinStep],
             return units[other.alias]
     alias = cat.fresh("_l")
     cols = cat.protected[target.name]
-    columns = {c: ColumnInfo(c, ty, target.column(c)) for c, ty in cols.items()}
+    columns = cat.columns(target)
     own = cat.protected[inst.policy.name] if inst.policy is not None else {}
     if not same_type(own.get(link.column, "?"), cols.get(link.key, "")):
         raise QueryRejected(f"the link {link.column} -> {link.table}.{link.key}",

@@ -42,6 +42,9 @@ class ColumnInfo:
     bounds: derived bounds of a per-unit aggregate (exact), if any.
     public: the column of a public table: its values are public, so its key domain is read
         from the public table itself.
+    inexact: the engine's equality on it is not the equality of its text (a non-deterministic
+        collation, citext: engines.base.TableFacts.inexact); no query reads it
+        (dpsql.analysis.bind.exact_equality).
     """
     name: str
     sql_type: str
@@ -49,6 +52,7 @@ class ColumnInfo:
     bounds: tuple[Fraction, Fraction] | None = None
     integral: bool = False
     public: bool = False
+    inexact: bool = False
 
     @property
     def declared(self) -> bool:

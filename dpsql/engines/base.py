@@ -26,17 +26,28 @@ class TableFacts:
     kind: "table" (a base table) or "view" (anything that may read other tables: a view,
     materialized view, foreign table). columns: (name, type) in order; unique: columns the
     engine alone guarantees unique (single-column PRIMARY KEY/UNIQUE); not_null: columns it
-    guarantees are never NULL. A field that is None in an expectation is not checked."""
+    guarantees are never NULL. inexact: columns whose equality in the engine is not the
+    equality of their values' text (a collation that is not deterministic or not known to be,
+    such as DuckDB's NOCASE or a PostgreSQL ICU collation with deterministic = false; a type
+    with an equality of its own, such as PostgreSQL's citext or a domain over it): the engine
+    would group 'CA' and 'ca' together. collation: the collation the engine compares text
+    under when the text has none of its own (DuckDB's default_collation on a connection
+    passed in by its owner), when that is not bytewise; '' when it is. Why these matter:
+    dpsql.analysis.bind.exact_equality. A field that is None in an expectation is not checked."""
     kind: str = "table"
     columns: tuple[tuple[str, str], ...] | None = None
     unique: frozenset[str] | None = None
     not_null: frozenset[str] | None = None
+    inexact: frozenset[str] | None = None
+    collation: str | None = None
 
     def satisfies(self, expected: TableFacts) -> bool:
         return (self.kind == expected.kind
                 and (expected.columns is None or self.columns == expected.columns)
                 and (expected.unique is None or self.unique == expected.unique)
-                and (expected.not_null is None or self.not_null == expected.not_null))
+                and (expected.not_null is None or self.not_null == expected.not_null)
+                and (expected.inexact is None or self.inexact == expected.inexact)
+                and (expected.collation is None or self.collation == expected.collation))
 
 
 Expect = Mapping[str, TableFacts]      # table reference -> the facts a query relies on
@@ -48,8 +59,8 @@ def check_facts(actual: Mapping[str, TableFacts], expect: Expect) -> None:
     for table, want in expect.items():
         got = actual.get(table)
         if got is None or not got.satisfies(want):
-            raise SchemaChanged(f"the schema of {table!r} changed since dpsql read it (a column's type, a key, "
-                                "NOT NULL or the relation itself); nothing ran and nothing was charged",
+            raise SchemaChanged(f"the schema of {table!r} changed since dpsql read it (a column's type or "
+                                "collation, a key, NOT NULL or the relation itself); nothing ran and nothing was charged",
                                 "run the query again: dpsql re-reads the schema")
 
 

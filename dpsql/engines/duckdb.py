@@ -25,7 +25,9 @@ it are seen on the next connect. A table made from a file has no PRIMARY KEY, UN
 so no query may assume its privacy unit unique or non-NULL (every query pre-aggregates per unit
 and filters NULL units), whatever the file holds.
 
-Schema facts a query relies on (TableFacts): a file dpsql opened read-only cannot change
+Schema facts a query relies on (TableFacts; which columns compare under a collation other than
+binary, and the connection's default_collation, come from the binder: DuckDBEngine._inexact): a
+file dpsql opened read-only cannot change
 while it is open (DuckDB's file lock admits no writer beside a reader, and this process
 cannot open it again read-write), nor can an in-memory database nobody else holds, so they
 need no check (facts_fixed); nor can the in-memory tables loaded from files, which nobody
@@ -36,6 +38,7 @@ catalog is versioned like its rows, so the facts read there are the ones the que
 from __future__ import annotations
 
 import glob
+import json
 import logging
 import os
 import re
@@ -340,7 +343,7 @@ class DuckDBEngine:
         keys = [f"{s}.{n}" for s, n in wanted]
         cols = self._con.execute(
             "SELECT lower(c.schema_name), lower(c.table_name), lower(c.column_name), c.data_type, c.is_nullable, "
-            "t.table_oid IS NOT NULL, c.database_name FROM duckdb_columns() c "
+            "t.table_oid IS NOT NULL, c.database_name, c.schema_name, c.table_name FROM duckdb_columns() c "
             "LEFT JOIN duckdb_tables() t ON t.table_oid = c.table_oid "
             f"WHERE NOT c.internal AND list_contains(?, {_key('c.')}) "
             "ORDER BY c.table_oid, c.column_index", [keys]).fetchall()
@@ -349,18 +352,72 @@ class DuckDBEngine:
             "WHERE constraint_type IN ('PRIMARY KEY', 'UNIQUE') AND len(constraint_column_names) = 1 "
             f"AND list_contains(?, {_key()})", [keys]).fetchall()
         parts: dict[tuple[str, str], tuple[str, list, set]] = {}
-        for schema, name, col, typ, nullable, base, database in cols:
+        where: dict[tuple[str, str], str] = {}        # each relation's qualified name, to bind it by
+        for schema, name, col, typ, nullable, base, database, raw_schema, raw_name in cols:
             if database == FILES_CATALOG:
                 schema = FILES_CATALOG
             kind, columns, not_null = parts.setdefault((schema, name), ("table" if base else "view", [], set()))
+            where.setdefault((schema, name), ".".join(map(_quote, (database, raw_schema, raw_name))))
             columns.append((col, typ))
             if not nullable:
                 not_null.add(col)
         unique: dict[tuple[str, str], set[str]] = {}
         for schema, name, names in uniq:      # (no constraints in the files catalog)
             unique.setdefault((schema, name), set()).add(names[0].lower())
-        return {name: TableFacts(kind, tuple(columns), frozenset(unique.get(k, ())), frozenset(not_null))
+        default = self._con.execute("SELECT current_setting('default_collation')").fetchone()[0] or ""
+        default = "" if _bytewise(default) else default
+        inexact = self._inexact({k: (where[k], columns) for k, (_, columns, _) in parts.items()}, default)
+        return {name: TableFacts(kind, tuple(columns), frozenset(unique.get(k, ())), frozenset(not_null),
+                                 inexact[k], default)
                 for k, (kind, columns, not_null) in parts.items() for name in wanted.get(k, ())}
+
+    def _inexact(self, relations: dict[Any, tuple[str, list[tuple[str, str]]]],
+                 default: str) -> dict[Any, frozenset[str]]:
+        """Per relation (key -> (qualified name, columns)), the columns the engine compares under a
+        collation other than binary: their own (COLLATE NOCASE, NOACCENT, NFC, an ICU locale...),
+        or, for a VARCHAR without one, the connection's default_collation.
+
+        DuckDB's catalog does not show a column's collation (duckdb_columns() says VARCHAR), but
+        its binder does: the plan of `SELECT * FROM relation`, bound and not optimized
+        (json_serialize_plan), types each output with its collation, a view's included (lower()
+        of a NOCASE column is NOCASE too). Binding reads no row. One call binds every relation
+        (one statement each); if it fails, each is bound alone, and a relation whose plan cannot
+        be read has every VARCHAR column counted inexact (fail closed). The caller holds the lock."""
+        out: dict[Any, frozenset[str]] = {}
+        if not relations:
+            return out
+        collations = self._plan_collations([name for name, _ in relations.values()])
+        if collations is None and len(relations) > 1:
+            collations = [(self._plan_collations([name]) or [None])[0] for name, _ in relations.values()]
+        for i, (k, (relation, columns)) in enumerate(relations.items()):
+            found = collations[i] if collations is not None else None
+            if found is None or len(found) != len(columns):
+                log.warning("duckdb: cannot read the collations of %s; its text columns count as inexact", relation)
+                found = ["?" if typ.upper() == "VARCHAR" else "" for _, typ in columns]
+            out[k] = frozenset(col for (col, typ), c in zip(columns, found)
+                               if not _bytewise(c or (default if typ.upper() == "VARCHAR" else "")))
+        return out
+
+    def _plan_collations(self, relations: list[str]) -> list[list[str] | None] | None:
+        """Each relation's output collations ('' for none) from one json_serialize_plan call of
+        `SELECT * FROM r1; SELECT * FROM r2; ...`; None when the call fails."""
+        sql = "; ".join(f"SELECT * FROM {r}" for r in relations)
+        try:
+            plan = json.loads(self._con.execute("SELECT json_serialize_plan(?, optimize := false)",
+                                                [sql]).fetchone()[0])
+            plans = plan.get("plans") if not plan.get("error") else None
+            if plans is None or len(plans) != len(relations):
+                return None
+            out: list[list[str] | None] = []
+            for top in plans:
+                exprs = top.get("expressions") if top.get("type") == "LOGICAL_PROJECTION" else None
+                out.append(None if exprs is None else
+                           [str(((e.get("return_type") or {}).get("type_info") or {}).get("collation") or "")
+                            for e in exprs])
+            return out
+        except (duckdb.Error, ValueError, LookupError, TypeError, AttributeError) as err:
+            log.warning("duckdb: json_serialize_plan failed: %s", err)
+            return None
 
     def namespace(self) -> tuple[str, str | None]:
         """The schema an unqualified table name is read from (DuckDB's default search path:
@@ -386,6 +443,14 @@ def _key(p: str = "") -> str:
     """A relation's key in SQL: schema.name, or dpsql_files.name for a loaded path source."""
     return (f"CASE WHEN {p}database_name = '{FILES_CATALOG}' THEN '{FILES_CATALOG}' ELSE lower({p}schema_name) END "
             f"|| '.' || lower({p}table_name)")
+
+
+def _bytewise(collation: str) -> bool:
+    """DuckDB compares text under this collation (a column's, or default_collation) by its bytes:
+    none, or `binary`. Every other one (NOCASE, NOACCENT, NFC, ICU locales, their combinations,
+    and collations an extension adds) may hold two different strings equal; `C` and `POSIX`
+    are not counted as bytewise either, since nothing here proves them so."""
+    return collation.strip().strip('"').lower() in ("", "binary")
 
 
 def _quote(name: str) -> str:

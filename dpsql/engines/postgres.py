@@ -14,8 +14,8 @@ SELECT the tables the policy describes: READ ONLY does not stop a superuser's
 server-side functions (the analysis lets no such function through, but the role is
 the boundary that does not depend on it).
 
-Schema facts a query relies on (the unit's PRIMARY KEY, column types, NOT NULL, a relation
-being a base table) are read in the query's own transaction after `LOCK TABLE ... IN ACCESS
+Schema facts a query relies on (the unit's PRIMARY KEY, column types and collations, NOT NULL,
+a relation being a base table, the columns whose equality is not their text's: _INEXACT) are read in the query's own transaction after `LOCK TABLE ... IN ACCESS
 SHARE MODE` on every relation it names: any DDL that could change them (ALTER TABLE, DROP,
 CREATE OR REPLACE VIEW) needs a stronger lock, so it waits for the transaction to end, and a
 change committed before the lock was granted is seen by the catalog read that follows it. The
@@ -58,11 +58,31 @@ _SELECT = re.compile(r"\s*(\(|SELECT\b|WITH\b|VALUES\b|TABLE\b|SHOW\b)", re.IGNO
 _TYPE = ("format_type(a.atttypid, a.atttypmod) || CASE WHEN a.attcollation NOT IN (0, 100) "
          "THEN ' COLLATE ' || a.attcollation::regcollation::text ELSE '' END")
 
+# A column whose equality is not the equality of its text (TableFacts.inexact; why it matters:
+# dpsql.analysis.bind.exact_equality): its collation is not deterministic (pg_collation.
+# collisdeterministic: an ICU collation created with deterministic = false holds 'CA' and 'ca',
+# or a composed and a decomposed 'é', equal), or its type, under any domains over it, is a
+# collatable type from outside pg_catalog (citext, whose = is lower(a) = lower(b), and the like:
+# an extension's text type has an equality of its own). A deterministic collation (the database's
+# default, "C", a libc or ICU locale) holds two strings equal only when their bytes are: PostgreSQL
+# breaks its ties by the bytes (since PostgreSQL 12; a database's default collation is always
+# deterministic, an ICU one included: CREATE DATABASE takes no deterministic = false).
+_INEXACT = """(COALESCE((SELECT NOT co.collisdeterministic FROM pg_collation co WHERE co.oid = a.attcollation), false)
+   OR EXISTS (WITH RECURSIVE base(oid, typtype, typbasetype, typnamespace, typcollation) AS (
+                SELECT t.oid, t.typtype, t.typbasetype, t.typnamespace, t.typcollation FROM pg_type t
+                WHERE t.oid = a.atttypid
+                UNION ALL
+                SELECT t.oid, t.typtype, t.typbasetype, t.typnamespace, t.typcollation FROM pg_type t
+                JOIN base b ON t.oid = b.typbasetype AND b.typtype = 'd')
+              SELECT 1 FROM base WHERE typtype <> 'd' AND typcollation <> 0
+                AND typnamespace <> 'pg_catalog'::regnamespace))"""
+
 _FACTS = """SELECT n.nspname, c.relname, c.relkind, a.attname, """ + _TYPE.replace("{", "{{").replace("}", "}}") + """,
   a.attnotnull AND c.relkind IN ('r', 'p'),
   EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conrelid = c.oid AND k.contype IN ('p', 'u')
           AND k.conkey = ARRAY[a.attnum]::int2[])
-  AND (c.relkind = 'p' OR NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhparent = c.oid))
+  AND (c.relkind = 'p' OR NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhparent = c.oid)),
+  """ + _INEXACT + """
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
 WHERE (n.nspname, c.relname) IN (SELECT * FROM unnest({schemas}::text[], {names}::text[]))
@@ -377,20 +397,23 @@ class PostgresEngine:
 
 def _facts_of(rows: list[tuple], tables: list[str], split: Callable[[str], tuple[str, str]]) -> dict[str, TableFacts]:
     """TableFacts per requested name from _FACTS's rows (schema, relation, relkind, column, type,
-    NOT NULL, single-column key)."""
-    parts: dict[tuple[str, str], tuple[str, list, set, set]] = {}
-    for schema, rel, kind, col, typ, not_null, unique in rows:
-        entry = parts.setdefault((schema, rel), ("table" if kind in ("r", "p") else "view", [], set(), set()))
+    NOT NULL, single-column key, inexact equality). PostgreSQL has no default collation other than
+    the database's, a deterministic one: collation ''."""
+    parts: dict[tuple[str, str], tuple[str, list, set, set, set]] = {}
+    for schema, rel, kind, col, typ, not_null, unique, inexact in rows:
+        entry = parts.setdefault((schema, rel), ("table" if kind in ("r", "p") else "view", [], set(), set(), set()))
         entry[1].append((col.lower(), typ))
         if not_null:
             entry[2].add(col.lower())
         if unique:
             entry[3].add(col.lower())
+        if inexact:
+            entry[4].add(col.lower())
     out = {}
     for t in tables:
         e = parts.get(split(t))
         if e is not None:
-            out[t] = TableFacts(e[0], tuple(e[1]), frozenset(e[3]), frozenset(e[2]))
+            out[t] = TableFacts(e[0], tuple(e[1]), frozenset(e[3]), frozenset(e[2]), frozenset(e[4]), "")
     return out
 
 

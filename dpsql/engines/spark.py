@@ -253,27 +253,33 @@ class SparkEngine:
         with self._lock:
             return frozenset(t for t in self._sources if t not in self._types)
 
-    def table_columns(self, table: str) -> dict[str, str]:
+    def _fields(self, table: str) -> list[Any]:
         name = self._view(table)
         try:
-            fields = self._spark.table(name).schema.fields
+            return list(self._spark.table(name).schema.fields)
         except Exception as err:
             log.info("spark: no table %s: %s", table, err)
             raise KeyError(table) from None
-        return {f.name.lower(): _type_name(f.dataType) for f in fields}
+
+    def table_columns(self, table: str) -> dict[str, str]:
+        return {f.name.lower(): _type_name(f.dataType) for f in self._fields(table)}
 
     def unique_columns(self, table: str) -> set[str]:
         return set()
 
     def facts(self, tables: list[str]) -> dict[str, TableFacts]:
         """Columns and kind of each relation (a registered path source is a table); Spark
-        guarantees no key and no NOT NULL."""
+        guarantees no key and no NOT NULL. Spark 3.5 compares strings by their bytes (collations
+        came with Spark 4.0); a string type that reports a collation other than UTF8_BINARY (as
+        Spark 4's StringType does) makes its column inexact (TableFacts)."""
         out = {}
         for t in tables:
             try:
-                cols = self.table_columns(t)
+                fields = self._fields(t)
             except KeyError:
                 continue
+            cols = {f.name.lower(): _type_name(f.dataType) for f in fields}
+            inexact = frozenset(f.name.lower() for f in fields if _collated(f.dataType))
             kind = "table"
             if not is_path(t):
                 try:
@@ -282,7 +288,7 @@ class SparkEngine:
                     continue
                 if info.isTemporary or info.tableType not in ("MANAGED", "EXTERNAL"):
                     kind = "view"
-            out[t] = TableFacts(kind, tuple(cols.items()), frozenset(), frozenset())
+            out[t] = TableFacts(kind, tuple(cols.items()), frozenset(), frozenset(), inexact, "")
         return out
 
     def not_null_columns(self, table: str) -> set[str]:
@@ -366,6 +372,15 @@ def _typed(source: str, columns: list[str], declared: tuple[tuple[str, str], ...
                                  f"(its columns: {', '.join(sorted(names))})")
         out.append(f"try_cast({_quote(names[column.lower()])} AS {spark}) AS {_quote(column.lower())}")
     return out
+
+
+def _collated(dtype: Any) -> bool:
+    """A string type with a collation other than Spark's bytewise UTF8_BINARY (Spark 4.0's
+    StringType carries one; Spark 3.5's has none)."""
+    collation = getattr(dtype, "collation", None)
+    if callable(collation):
+        collation = collation()
+    return collation is not None and str(collation).upper() not in ("", "UTF8_BINARY")
 
 
 def _type_name(dtype: Any) -> str:
