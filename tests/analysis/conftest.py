@@ -1913,7 +1913,8 @@ class _Walk(Values):
                 if len(toks) == 1 and name in aliases and not a_column(name):
                     if not having and name in self.as_twice:
                         self.bad(f"N3: ORDER BY {toks[0].value} names two SELECT items")
-                        self.replace(node, "COUNT(*)")
+                        whole = self.parent.get(id(node)) is not None and self.parent[id(node)].data == "order_item"
+                        self.replace(node, "1" if whole else "COUNT(*)")
                     continue                                   # the alias, not the column
                 try:
                     item, col = self.column(colnode, scope, frozenset({"KEY_COL"}), "key column", key_ok)
@@ -1925,7 +1926,9 @@ class _Walk(Values):
                 name = ident(tok.value)
                 if not having and name in self.as_twice:
                     self.bad(f"N3: ORDER BY {tok.value} names two SELECT items")
-                    self.replace(node, "COUNT(*)")
+                    # a position where the name is the whole item (SELECT DISTINCT orders by outputs only)
+                    whole = self.parent.get(id(node)) is not None and self.parent[id(node)].data == "order_item"
+                    self.replace(node, "1" if whole else "COUNT(*)")
                 elif a_column(name):
                     as_column(tok, node)
                 elif in_arithmetic(node):

@@ -419,7 +419,10 @@ class Values:
         if a.whole:
             return a
         step = Fraction(1, 10 ** int(places)) if word == "ROUND" else Fraction(1)
-        lo, hi = math.floor(a.lo / step) * step, math.ceil(a.hi / step) * step
+        # FLOOR and CEIL move both ends alike; ROUND outward (ties go either way by engine)
+        down, up = {"FLOOR": (math.floor, math.floor), "CEIL": (math.ceil, math.ceil),
+                    "CEILING": (math.ceil, math.ceil)}.get(word, (math.floor, math.ceil))
+        lo, hi = down(a.lo / step) * step, up(a.hi / step) * step
         out = self.limited(node, V("num", Fraction(lo), Fraction(hi), False), [a], arg)
         if places == 0 and out is not a and hi - lo < MAX_DOMAIN:
             out = _with_dom(out, {Fraction(i) for i in range(int(lo), int(hi) + 1)})
