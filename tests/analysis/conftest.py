@@ -1872,7 +1872,9 @@ class _Walk(Values):
                 used.append(((r[0].id, r[1].name), self.ref_text(scope, *r) or r[1].name))
                 return
             self.bad(f"N2: {self.show(colnode)} in {clause.data.split('_')[0].upper()} is not a key column")
-            if in_arithmetic(node) or isinstance(tok_or_col, Tree):
+            if self.parent.get(id(node)) is not None and self.parent[id(node)].data == "order_item":
+                self.replace(node, "1")         # a position: in any ORDER BY, SELECT DISTINCT's too
+            elif in_arithmetic(node) or isinstance(tok_or_col, Tree):
                 self.replace(node, "COUNT(*)")
             else:
                 self.replace(node, "'x'")
