@@ -462,6 +462,7 @@ class Table:
     columns: list[str]
     rows: list[tuple]
     widths: list[tuple]     # per row, per column: 95% half-width or None
+    cut: int = 0            # released groups cut by max_released_rows before their values were drawn
 
 
 def finish(rows: list[tuple[Sequence[Any], Env, Env]], outputs: Sequence[tuple[str, tuple, bool]],

@@ -610,7 +610,7 @@ class Session:
         db_types = self._db_types(plan)
         accuracy = postprocess.through([self._accuracy(o, mechs) for o in plan.outputs], plan.wraps)
         accuracy = _widest(accuracy, table.widths)
-        rows, widths, cut = table.rows, table.widths, 0
+        rows, widths, cut = table.rows, table.widths, table.cut
         limit = self.policy.limits.max_released_rows
         if len(rows) > limit:       # partition selection released more groups than the policy allows
             rows, widths, cut = rows[:limit], widths[:limit], len(rows) - limit
@@ -825,12 +825,25 @@ class Session:
         # which groups are released depends only on the selection's noisy counts, as before.
         rng = self.rng
         keys, rows_of = list(groups), list(groups.values())
+        cut = 0
         if sel is not None:
             units = [r[len(measures)] or 0 for r in rows_of]
             noisy = self._batches(lambda b: vector.release_values(sel, b, rng), units)
             kept = [i for i, u in enumerate(noisy) if u > plan.selection.threshold]
             keys = [tuple(_typed_key(t, ty) for t, ty in zip(keys[i], types)) for i in kept]
             rows_of = [rows_of[i] for i in kept]
+            # Selected groups: the engine's row order depends on the data (hash tables,
+            # threads), so release them in an order fixed by the keys alone (a total order).
+            order = sorted(range(len(keys)), key=lambda i: _key_order(keys[i]))
+            keys, rows_of = [keys[i] for i in order], [rows_of[i] for i in order]
+            # Only the first max_released_rows of them (in that order) can be released when
+            # nothing after this reorders or filters them: the rest are cut before their values
+            # are drawn, not after (the same rows, and the same count of cut ones, either way).
+            most, final = self.policy.limits.max_released_rows, plan.limit
+            if (len(keys) > most and plan.having is None and not plan.order and not plan.offset
+                    and not plan.wraps and (final is None or final > most)):
+                cut = min(len(keys), final if final is not None else len(keys)) - most
+                keys, rows_of = keys[:most], rows_of[:most]
         columns = {}
         for j, m in enumerate(measures):
             mech, div = mechs[m.name], m.divisor
@@ -848,15 +861,13 @@ class Session:
         names = list(columns)
         released = [(key, dict(zip(names, vals)), widths) for key, vals in zip(keys, zip(*columns.values()))] \
             if names else [(key, {}, widths) for key in keys]
-        if sel is not None:
-            # Selected groups: the engine's row order depends on the data (hash tables,
-            # threads), so release them in an order fixed by the keys alone (a total order).
-            released.sort(key=lambda g: _key_order(g[0]))
         outputs = [(o.name, o.expr, o.noisy) for o in plan.outputs]
         noise = {m.name: (mechs[m.name].name, mechs[m.name].scale) for m in measures}
         table = postprocess.finish(released, outputs, plan.having, plan.order, plan.limit, plan.offset, noise,
                                    check=self.check)
-        return postprocess.wrap(table, plan.wraps, check=self.check)
+        table = postprocess.wrap(table, plan.wraps, check=self.check)
+        table.cut = cut
+        return table
 
     def _top(self, plan: QueryPlan, groups: dict, mechs) -> postprocess.Table:
         """SET dpsql.topk: the k keys report-noisy-max chooses from the public domain's exact bounded
