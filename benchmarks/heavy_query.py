@@ -4,8 +4,9 @@
 
 Two parts, on the bundled demo's database (dpsql.demo, copied to a temporary directory) and its
 policy with a generous budget, the repeat-answer cache off, [timing] off (its 0.1 s floor would
-hide dpsql's own latency) and max_released_rows at its ceiling (1,000,000), the work limits at
-their defaults:
+hide dpsql's own latency), max_released_rows at its ceiling (1,000,000), [server]
+max_concurrent_queries 16 (the nine clients below are one analyst) and the work limits at their
+defaults:
 
 1. The release stage, before and after dpsql.noise.vector, for 10^4, 10^5 and 10^6 groups:
    COUNT (one discrete-Gaussian value per group, the demo's default mechanism at epsilon 0.5) and
@@ -63,7 +64,7 @@ def _policy(tmp: Path) -> Path:
     text = text.replace("epsilon = 10.0", "epsilon = 1000000000.0", 1)
     text = text.replace('ledger = "budget.sqlite"', f'ledger = "{tmp / "budget.sqlite"}"', 1)
     text += ('\n[reconstruction]\ncache_lifetime = 0\n\n[timing]\nquantum = 0\nfloor = 0\n\n'
-             '[limits]\nmax_released_rows = 1000000\n\n[server]\nauth = "trust"\n')
+             '[limits]\nmax_released_rows = 1000000\n\n[server]\nauth = "trust"\nmax_concurrent_queries = 16\n')
     path = tmp / "policy.toml"
     path.write_text(text)
     return path

@@ -809,8 +809,12 @@ class Session:
             zero = (0,) * (len(measures))
             domain = itertools.product(*[k.domain for k in plan.keys])
             read = [k.domain_source is not None for k in plan.keys]    # a public table's values, as text
-            groups = {tuple(_typed_key(v, ty) if r else v for v, ty, r in zip(key, types, read)):
-                      found.get(key, zero) for key in domain}
+            if any(read):
+                groups = {tuple(_typed_key(v, ty) if r else v for v, ty, r in zip(key, types, read)):
+                          found.get(key, zero) for key in domain}
+            else:
+                get = found.get
+                groups = {key: get(key, zero) for key in domain}
         elif not plan.keys:
             groups = groups or {(): (0,) * len(measures)}
         if plan.topk is not None:

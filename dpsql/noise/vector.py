@@ -462,25 +462,51 @@ class _Hists:
 
         g, bins = len(texts), em.bins
         scalar = []
-        grp, bs, cs = [], [], []
-        for i, text in enumerate(texts):
-            if text is None or text == "":
+        # The well-formed texts, parsed at once: one string of all their numbers, read by numpy
+        # (decimal digits only, as the pattern checked), with each item's group beside it.
+        good = []
+        for i, t in enumerate(texts):
+            if t is None or t == "":
                 continue
-            if isinstance(text, str) and _HIST.fullmatch(text):
-                nums = list(map(int, _SPLIT.split(text)))
-                b, c = nums[0::2], nums[1::2]
-                if len(b) <= _ITEM_LIMIT and max(b) < bins and max(c) < _COUNT_LIMIT:
-                    grp.extend([i] * len(b))
-                    bs.extend(b)
-                    cs.extend(c)
-                    continue
-            parse_histogram(text, bins)          # refuses a malformed text as the scalar path does
-            scalar.append(i)
-        key = np.array(grp, dtype=_I64) * bins + np.array(bs, dtype=_I64)
-        count = np.array(cs, dtype=_I64)
-        key, inverse = np.unique(key, return_inverse=True)
-        summed = np.zeros(key.size, dtype=_I64)
-        np.add.at(summed, inverse.reshape(-1), count)
+            if isinstance(t, str) and _HIST.fullmatch(t):
+                good.append(i)
+            else:
+                parse_histogram(t, bins)         # refuses a malformed text as the scalar path does
+                scalar.append(i)
+        items = np.array([texts[i].count(",") + 1 for i in good], dtype=_I64)
+        try:
+            nums = np.array(",".join([texts[i] for i in good]).replace(":", ",").split(","), dtype=_I64) \
+                if good else np.zeros(0, dtype=_I64)
+        except OverflowError:                    # a count of 2**63 or more: those texts one by one
+            nums = None
+        if nums is None:
+            grp_list, bs_list, cs_list = [], [], []
+            for i in good:
+                v = list(map(int, _SPLIT.split(texts[i])))
+                grp_list.extend([i] * (len(v) // 2))
+                bs_list.extend(v[0::2])
+                cs_list.extend(min(c, _COUNT_LIMIT) for c in v[1::2])
+            grp = np.array(grp_list, dtype=_I64)
+            b_arr, count = np.array(bs_list, dtype=_I64), np.array(cs_list, dtype=_I64)
+        else:
+            grp = np.repeat(np.array(good, dtype=_I64), items)
+            b_arr, count = nums[0::2], nums[1::2]
+        outside = np.flatnonzero(b_arr >= bins)
+        if outside.size:
+            parse_histogram(texts[int(grp[outside[0]])], bins)    # a bin past B: refused (InternalError)
+        odd = np.zeros(g, dtype=bool)            # more than 2**20 items, or a count of 2**40 or more
+        odd[np.array(good, dtype=_I64)[items > _ITEM_LIMIT]] = True
+        odd[grp[count >= _COUNT_LIMIT]] = True
+        if odd.any():
+            keep = ~odd[grp]
+            grp, b_arr, count = grp[keep], b_arr[keep], count[keep]
+            scalar.extend(np.flatnonzero(odd).tolist())
+        key = grp * bins + b_arr
+        order = np.argsort(key, kind="stable")
+        key, count = key[order], count[order]
+        firsts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]])) if key.size else order
+        key = key[firsts]
+        summed = np.add.reduceat(count, firsts) if key.size else count   # a bin listed twice: its counts summed
         nonzero = summed > 0                       # a bin listed with count 0 is an empty bin
         self.key, self.count = key[nonzero], summed[nonzero]
         self.groups, self.bins = g, bins
