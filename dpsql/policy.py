@@ -50,7 +50,7 @@ DEFAULT_MAX_RELEASED_ROWS = 100_000
 DEFAULT_MAX_CACHED_BYTES = 64 * 1024 * 1024
 MAX_RELEASED_ROWS_CEILING = 1_000_000
 DEFAULT_MAX_RELEASED_CELLS = 2_000_000     # noisy values one query may demand (see Limits)
-DEFAULT_MAX_QUANTILE_WORK = 500_000        # quantile choices one query may demand (see Limits)
+DEFAULT_MAX_QUANTILE_WORK = 1_000_000       # quantile choices one query may demand (see Limits)
 MAX_WORK_CEILING = 10**9
 _TABLE_KEYS = {"privacy_unit", "link", "max_rows_per_unit", "max_groups_per_unit", "columns", "source"}
 _LINK = re.compile(r"^\s*(\w+)\s*->\s*(\w+)\s*\.\s*(\w+)\s*$")
@@ -260,9 +260,10 @@ class Limits:
         public domains' product when every key has one (all of them are released, whatever the
         LIMIT), else as max_released_rows (groups past it are released only when HAVING, ORDER
         BY or an outer query need them, and then how many depends on the data). Measured on 2
-        cores (benchmarks/results/heavy_query.md): about 0.4 s per 100,000 cells of the release
-        alone and 2 s per 100,000 rows end to end with post-processing; 1 s per 100,000 quantile
-        items; the defaults keep a query's own work to seconds."""
+        cores (benchmarks/results/heavy_query.md): the release about 0.15 s per 100,000 noisy
+        values and 0.2 s per 100,000 quantile choices; a whole query about 0.8 s per 100,000
+        released rows (post-processing is per row). The defaults keep one query's own work to a
+        few seconds."""
     max_released_rows: int = DEFAULT_MAX_RELEASED_ROWS
     max_cached_bytes: int = DEFAULT_MAX_CACHED_BYTES
     max_released_cells: int = DEFAULT_MAX_RELEASED_CELLS

@@ -26,7 +26,7 @@ def test_defaults_when_the_sections_are_absent():
     assert p.server.auth == "scram-sha-256" and p.server.tls_cert is None
     assert (p.server.max_connections, p.server.max_connections_per_analyst) == (64, 16)
     assert p.analysts == {} and p.budget_for("anyone") == p.budget
-    assert (p.limits.max_released_cells, p.limits.max_quantile_work) == (2_000_000, 500_000)
+    assert (p.limits.max_released_cells, p.limits.max_quantile_work) == (2_000_000, 1_000_000)
     lim = load_policy(with_sections(limits={"max_released_cells": 7, "max_quantile_work": 9})).limits
     assert (lim.max_released_cells, lim.max_quantile_work) == (7, 9)
 
