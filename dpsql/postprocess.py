@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 
 Env = Mapping[str, float]
+Check = Callable[[], None] | None     # raises to stop the statement (Session.check); None: never
+CHECK_ROWS = 8192                     # rows between two checks
 
 
 def _num(v: Any) -> float | None:
@@ -327,12 +329,15 @@ _SIM_BYTES = 256 * 1024
 
 
 def simulated_half_widths(expr: tuple, envs: Sequence[Env], draws: Mapping[str, np.ndarray],
-                          keys: Sequence[Sequence[Any]]) -> list[float | None]:
-    """simulated_half_width for many rows at once (the same draws for each row)."""
+                          keys: Sequence[Sequence[Any]], check: Check = None) -> list[float | None]:
+    """simulated_half_width for many rows at once (the same draws for each row); check() is
+    called between batches."""
     n = len(next(iter(draws.values()))) if draws else 1
     batch = max(1, _SIM_BYTES // (8 * n))
     out: list[float | None] = []
     for at in range(0, len(envs), batch):
+        if check is not None:
+            check()
         out += _simulate(expr, envs[at:at + batch], draws, keys[at:at + batch])
     return out
 
@@ -457,24 +462,29 @@ class Table:
     columns: list[str]
     rows: list[tuple]
     widths: list[tuple]     # per row, per column: 95% half-width or None
+    cut: int = 0            # released groups cut by max_released_rows before their values were drawn
 
 
 def finish(rows: list[tuple[Sequence[Any], Env, Env]], outputs: Sequence[tuple[str, tuple, bool]],
            having: tuple | None, order: Sequence[tuple[tuple, bool, bool]], limit: int | None,
-           offset: int, noise: Mapping[str, tuple[str, float]] | None = None) -> Table:
+           offset: int, noise: Mapping[str, tuple[str, float]] | None = None, check: Check = None) -> Table:
     """Evaluate SELECT items per group, then HAVING, ORDER BY, OFFSET and LIMIT.
 
     rows: (keys, noisy values, half-widths) per released group.
     outputs: (name, expression, noisy) per SELECT item.
     noise: each measure's (mechanism name, scale); given, derived values' half-widths are
     simulated (simulated_half_width), else propagated by interval arithmetic.
+    check: called every CHECK_ROWS rows (the Session's cancel and time limit, Session.check).
     """
     kept = []
-    for keys, env, widths in rows:
+    getters = [_getter(e) for _, e, _ in outputs]
+    for n, (keys, env, widths) in enumerate(rows):
+        if check is not None and n % CHECK_ROWS == 0:
+            check()
         if having is not None and evaluate(having, env, keys) is not True:
             continue
-        values = tuple(evaluate(e, env, keys) for _, e, _ in outputs)
-        sort_keys = tuple(evaluate(e, env, keys) for e, _, _ in order)
+        values = tuple([get(env, keys) for get in getters])
+        sort_keys = tuple([evaluate(e, env, keys) for e, _, _ in order])
         kept.append((sort_keys, values, (keys, env, widths)))
     kept = _order_and_cut(kept, order, limit, offset)
     # A plain aggregate's half-width is its mechanism's: the draws are needed (and drawn) only for
@@ -483,14 +493,39 @@ def finish(rows: list[tuple[Sequence[Any], Env, Env]], outputs: Sequence[tuple[s
     draws = noise_draws(noise, draws_for(len(kept))) if simulate else None
     columns = []
     for _, e, noisy in outputs:
+        if check is not None:
+            check()
         if not noisy:
             columns.append([None] * len(kept))
-        elif e[0] == "ref" or draws is None or not _direct_refs(e) <= draws.keys():   # a quantile: no draws
+        elif e[0] == "ref":
+            columns.append([_ref_width(env[e[1]], widths[e[1]]) for _, _, (_, env, widths) in kept])
+        elif draws is None or not _direct_refs(e) <= draws.keys():   # a quantile: no draws
             columns.append([half_width(e, env, widths, keys) for _, _, (keys, env, widths) in kept])
         else:
-            columns.append(simulated_half_widths(e, [k[2][1] for k in kept], draws, [k[2][0] for k in kept]))
+            columns.append(simulated_half_widths(e, [k[2][1] for k in kept], draws, [k[2][0] for k in kept], check))
     hw = list(zip(*columns)) if columns else [() for _ in kept]
     return Table([o[0] for o in outputs], [k[1] for k in kept], hw)
+
+
+def _getter(expr: tuple) -> Callable[[Env, Sequence[Any]], Any]:
+    """evaluate(expr, env, keys) as a function of (env, keys), direct for a key or a measure."""
+    op = expr[0]
+    if op == "key":
+        i = expr[1]
+        return lambda env, keys: keys[i]
+    if op == "ref":
+        name = expr[1]
+        return lambda env, keys: env[name]
+    return lambda env, keys: evaluate(expr, env, keys)
+
+
+def _ref_width(v: Any, w: float) -> float | None:
+    """half_width(("ref", name), ...) for the measure's value v and its half-width w, the same steps."""
+    if v is None or isinstance(v, (str, bool)):
+        return None
+    lo, hi = v - w, v + w
+    x = max(hi - float(v), float(v) - lo, 0.0)
+    return x if math.isfinite(x) else None
 
 
 def _direct_refs(expr: tuple) -> set:
@@ -501,16 +536,18 @@ def _direct_refs(expr: tuple) -> set:
     return set().union(*(_direct_refs(a) for a in expr[1:] if isinstance(a, tuple)))
 
 
-def wrap(table: Table, wraps: Sequence[Any]) -> Table:
+def wrap(table: Table, wraps: Sequence[Any], check: Check = None) -> Table:
     """Apply outer queries (dpsql.analysis.plan.Wrap, innermost first) to released rows: each
     selects columns of the rows below it (("key", i) is the i-th), filters, orders and limits.
-    A selected column keeps its half-width; a computed one has none."""
+    A selected column keeps its half-width; a computed one has none. check: as in finish."""
     for w in wraps:
         if hasattr(w, "sql"):               # window functions: dpsql.analysis.windows.SqlWrap
-            table = sql_wrap(table, w)
+            table = sql_wrap(table, w, check)
             continue
         kept = []
-        for values, hw in zip(table.rows, table.widths):
+        for n, (values, hw) in enumerate(zip(table.rows, table.widths)):
+            if check is not None and n % CHECK_ROWS == 0:
+                check()
             if w.where is not None and evaluate(w.where, {}, values) is not True:
                 continue
             out = tuple(evaluate(e, {}, values) for _, e in w.outputs)
@@ -523,7 +560,7 @@ def wrap(table: Table, wraps: Sequence[Any]) -> Table:
 
 def present(columns: list[str], types: list[str], db_types: list[str], rows: list[tuple], accuracy: list,
             widths: list[tuple], counts: Sequence[bool], noisy: Sequence[bool], *, intervals: bool,
-            round_counts: bool, bounds: Sequence[tuple[float, float] | None] = ()
+            round_counts: bool, bounds: Sequence[tuple[float, float] | None] = (), check: Check = None
             ) -> tuple[list, list, list, list, list, list]:
     """A released result as the analyst's settings show it. Post-processing only: every value out
     is a function of released values (noisy values, their half-widths, which are themselves
@@ -542,8 +579,8 @@ def present(columns: list[str], types: list[str], db_types: list[str], rows: lis
       an AVG's interval is cut to the column's declared bounds (public), within which its value
       always lies.
 
-    counts, noisy: per column (as the outermost query's columns). Returns (columns, types,
-    db_types, rows, accuracy, widths)."""
+    counts, noisy: per column (as the outermost query's columns). check: as in finish. Returns
+    (columns, types, db_types, rows, accuracy, widths)."""
     n = len(columns)
     counts = list(counts) + [False] * (n - len(counts))
     noisy = list(noisy) + [False] * (n - len(noisy))
@@ -559,6 +596,8 @@ def present(columns: list[str], types: list[str], db_types: list[str], rows: lis
 
     out_rows, out_widths = [], []
     for r, row in enumerate(rows):
+        if check is not None and r % CHECK_ROWS == 0:
+            check()
         hw_row = widths[r] if r < len(widths) else (None,) * n
         vals, hws = [], []
         for i, v in enumerate(row):
@@ -619,7 +658,7 @@ def _duck_type(values: Sequence[Any]) -> str:
     return "VARCHAR"
 
 
-def sql_wrap(table: Table, w: Any) -> Table:
+def sql_wrap(table: Table, w: Any, check: Check = None) -> Table:
     """An outer query with window functions over the released rows (dpsql.analysis.windows):
     the rows go into a table of an in-memory DuckDB of their own, which can read nothing else (no
     file or network access, its configuration locked, one thread, 256 MB), and the outer query
@@ -639,8 +678,14 @@ def sql_wrap(table: Table, w: Any) -> Table:
                 if v is None or t in ("BOOLEAN", "BIGINT", "DATE", "TIMESTAMP"):
                     return v
                 return float(v) if t == "DOUBLE" else str(v)
-            con.executemany(f"INSERT INTO _released VALUES ({', '.join('?' * (len(types) + 1))})",
-                            [tuple(cell(v, t) for v, t in zip(r, types)) + (i,) for i, r in enumerate(table.rows)])
+            insert = f"INSERT INTO _released VALUES ({', '.join('?' * (len(types) + 1))})"
+            for at in range(0, len(table.rows), CHECK_ROWS):
+                if check is not None:
+                    check()
+                con.executemany(insert, [tuple(cell(v, t) for v, t in zip(r, types)) + (i,)
+                                         for i, r in enumerate(table.rows[at:at + CHECK_ROWS], at)])
+        if check is not None:
+            check()
         out = con.execute(w.sql).fetchall()
     finally:
         con.close()

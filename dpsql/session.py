@@ -57,7 +57,7 @@ from dpsql.errors import (
 )
 from dpsql.guard import AuditLog, answer_key, decode, encode
 from dpsql.ledger import ChargeParams, Ledger, Spending, SubsetCharge
-from dpsql.noise import SecureRng, make_mechanism
+from dpsql.noise import SecureRng, make_mechanism, vector
 from dpsql.noise.exponential import QuantileEM
 from dpsql.noise.mechanisms import epsilon_for_rho
 from dpsql.noise.topk import NoisyTopK
@@ -230,6 +230,7 @@ class Session:
         self._closed = False
         self._lock = threading.RLock()
         self._cancelled = threading.Event()     # set by cancel() while a statement runs
+        self._started = time.monotonic()        # when the running (or last) statement began
         self.schema = schema if schema is not None else read_schema(policy, engine)
         self._on_schema = on_schema         # told of a re-read schema (Backend shares it with new sessions)
         if ledger is None:
@@ -298,6 +299,7 @@ class Session:
             raise InterfaceError("the session is closed")
         with self._lock:
             self._cancelled.clear()
+            self._started = time.monotonic()
             try:
                 # A query planned before (same text, parameters, settings and schema) needs no
                 # parsing: classify(sql, params) gave it the key it is kept under.
@@ -349,7 +351,8 @@ class Session:
         bounds = postprocess.through([(float(o.expr[3]), float(o.expr[4])) if o.noisy and o.expr[0] == "avg" else None
                                       for o in plan.outputs], plan.wraps, None)
         p = postprocess.present(r.columns, r.types, r.db_types, r.rows, r.accuracy, r.half_widths, counts, noisy,
-                                intervals=self.intervals, round_counts=self.round, bounds=bounds)
+                                intervals=self.intervals, round_counts=self.round, bounds=bounds,
+                                check=None if r.cached else self.check)
         r.columns, r.types, r.db_types, r.rows, r.accuracy, r.half_widths = p
         # How many groups partition selection removed, and why only this may be released.
         # Without selection (no GROUP BY, or every key with a public domain) the released groups
@@ -597,24 +600,50 @@ class Session:
         salted = plan.group_choice or any(m.sample is not None for m in plan.measures) or needs_salt(plan)
         bind = {SALT: self.rng.randbits(63)} if salted else None
         rows = self.engine.run(sql, bind, expect=self._expect([ref for _, ref in plan.tables]), before=charge)
-        if self._cancelled.is_set():
-            raise QueryCanceled("canceling statement due to user request: the query was cancelled")
+        # From here on the charge is recorded (charge() ran inside the engine's transaction) and
+        # nothing is released until this function returns: a cancel or the statement time limit,
+        # checked between batches of every stage below (check), ends the statement with
+        # QueryCanceled, so a cancelled query releases nothing and its budget stays spent.
+        self.check()
         table = self._noise(plan, rows.rows, mechs, sel)
         spending = after[0]
         db_types = self._db_types(plan)
         accuracy = postprocess.through([self._accuracy(o, mechs) for o in plan.outputs], plan.wraps)
         accuracy = _widest(accuracy, table.widths)
-        rows, widths, cut = table.rows, table.widths, 0
+        rows, widths, cut = table.rows, table.widths, table.cut
         limit = self.policy.limits.max_released_rows
         if len(rows) > limit:       # partition selection released more groups than the policy allows
             rows, widths, cut = rows[:limit], widths[:limit], len(rows) - limit
         result = Result(table.columns, [_type_name(t) for t in db_types], rows, "private", accuracy,
                         widths, charged, spending, tag=f"SELECT {len(rows)}", db_types=db_types,
                         surcharge=surcharge, truncated=cut)
+        self.check()
         if key is not None:
             self.ledger.remember(self.analyst, key, self._to_cache(result), recon.cache_lifetime,
                                  self.policy.limits.max_cached_bytes)
         return result
+
+    def check(self) -> None:
+        """Between batches of the work after the engine (release, post-processing, the proxy's row
+        encoding): raise QueryCanceled, with the engine's own words, if the statement was cancelled
+        (cancel(), a client's CancelRequest or disconnect) or has run past the engine's statement
+        timeout; else let other threads run (the batches hold the GIL). Time is counted from the
+        start of execute(), as PostgreSQL counts statement_timeout from the statement's start."""
+        if self._cancelled.is_set():
+            raise QueryCanceled("canceling statement due to user request: the query was cancelled")
+        limit = getattr(self.engine, "statement_timeout", None)
+        if limit is not None and time.monotonic() - self._started > limit:
+            raise QueryCanceled("canceling statement due to statement timeout: the query ran longer than "
+                                "the engine's statement timeout")
+        time.sleep(0)
+
+    def _batches(self, release, values: list) -> list:
+        """release(batch) over values in batches of vector.BATCH, checking between them."""
+        out: list = []
+        for at in range(0, len(values), vector.BATCH):
+            self.check()
+            out.extend(release(values[at:at + vector.BATCH]))
+        return out
 
     def _charge_parts(self, plan: QueryPlan) -> tuple[ChargeParams, Cost, float, SubsetCharge | None, Decimal]:
         """What the ledger records of a query and charges it: the mechanisms' parameters (the
@@ -780,8 +809,12 @@ class Session:
             zero = (0,) * (len(measures))
             domain = itertools.product(*[k.domain for k in plan.keys])
             read = [k.domain_source is not None for k in plan.keys]    # a public table's values, as text
-            groups = {tuple(_typed_key(v, ty) if r else v for v, ty, r in zip(key, types, read)):
-                      found.get(key, zero) for key in domain}
+            if any(read):
+                groups = {tuple(_typed_key(v, ty) if r else v for v, ty, r in zip(key, types, read)):
+                          found.get(key, zero) for key in domain}
+            else:
+                get = found.get
+                groups = {key: get(key, zero) for key in domain}
         elif not plan.keys:
             groups = groups or {(): (0,) * len(measures)}
         if plan.topk is not None:
@@ -791,32 +824,54 @@ class Session:
         widths.update({dc.name: mechs[dc.name].half_width() for dc in plan.distincts})
         at = len(measures) + (1 if sel is not None else 0)    # distinct counts, then histograms, follow _units
         hists = {h: at + len(plan.distincts) + i for i, h in enumerate(quantile_histograms(plan))}
-        released = []
-        for key, values in groups.items():
-            if sel is not None:
-                units = values[len(measures)] or 0
-                if sel.release(units, self.rng) <= plan.selection.threshold:
-                    continue
-                key = tuple(_typed_key(t, ty) for t, ty in zip(key, types))
-            env = {}
-            for m, v in zip(measures, values):
-                exact = Fraction(0 if v is None else v)       # ints and Decimals: exact
-                env[m.name] = mechs[m.name].release(exact / m.divisor, self.rng)
-            for i, dc in enumerate(plan.distincts, at):
-                exact = Fraction(0 if i >= len(values) or values[i] is None else values[i])
-                env[dc.name] = mechs[dc.name].release(exact, self.rng)
-            for q in plan.quantiles:
-                i = hists[q.hist]
-                env[q.name] = mechs[q.name].release(values[i] if i < len(values) else None, self.rng)
-            released.append((key, env, widths))
+        # Every group's values are released at once, one column at a time, in batches
+        # (dpsql.noise.vector: the same exact laws as each mechanism's release, from the CSPRNG);
+        # which groups are released depends only on the selection's noisy counts, as before.
+        rng = self.rng
+        keys, rows_of = list(groups), list(groups.values())
+        cut = 0
         if sel is not None:
+            units = [r[len(measures)] or 0 for r in rows_of]
+            noisy = self._batches(lambda b: vector.release_values(sel, b, rng), units)
+            kept = [i for i, u in enumerate(noisy) if u > plan.selection.threshold]
+            keys = [tuple(_typed_key(t, ty) for t, ty in zip(keys[i], types)) for i in kept]
+            rows_of = [rows_of[i] for i in kept]
             # Selected groups: the engine's row order depends on the data (hash tables,
             # threads), so release them in an order fixed by the keys alone (a total order).
-            released.sort(key=lambda g: _key_order(g[0]))
+            order = sorted(range(len(keys)), key=lambda i: _key_order(keys[i]))
+            keys, rows_of = [keys[i] for i in order], [rows_of[i] for i in order]
+            # Only the first max_released_rows of them (in that order) can be released when
+            # nothing after this reorders or filters them: the rest are cut before their values
+            # are drawn, not after (the same rows, and the same count of cut ones, either way).
+            most, final = self.policy.limits.max_released_rows, plan.limit
+            if (len(keys) > most and plan.having is None and not plan.order and not plan.offset
+                    and not plan.wraps and (final is None or final > most)):
+                cut = min(len(keys), final if final is not None else len(keys)) - most
+                keys, rows_of = keys[:most], rows_of[:most]
+        columns = {}
+        for j, m in enumerate(measures):
+            mech, div = mechs[m.name], m.divisor
+            columns[m.name] = self._batches(lambda b: vector.release_values(mech, b, rng, div),
+                                            [r[j] for r in rows_of])
+        for i, dc in enumerate(plan.distincts, at):
+            mech = mechs[dc.name]
+            columns[dc.name] = self._batches(lambda b: vector.release_values(mech, b, rng),
+                                             [r[i] if i < len(r) else None for r in rows_of])
+        for q in plan.quantiles:
+            i, em = hists[q.hist], mechs[q.name]
+            columns[q.name] = self._batches(lambda b: vector.release_quantiles(em, b, rng),
+                                            [r[i] if i < len(r) else None for r in rows_of])
+        self.check()
+        names = list(columns)
+        released = [(key, dict(zip(names, vals)), widths) for key, vals in zip(keys, zip(*columns.values()))] \
+            if names else [(key, {}, widths) for key in keys]
         outputs = [(o.name, o.expr, o.noisy) for o in plan.outputs]
         noise = {m.name: (mechs[m.name].name, mechs[m.name].scale) for m in measures}
-        table = postprocess.finish(released, outputs, plan.having, plan.order, plan.limit, plan.offset, noise)
-        return postprocess.wrap(table, plan.wraps)
+        table = postprocess.finish(released, outputs, plan.having, plan.order, plan.limit, plan.offset, noise,
+                                   check=self.check)
+        table = postprocess.wrap(table, plan.wraps, check=self.check)
+        table.cut = cut
+        return table
 
     def _top(self, plan: QueryPlan, groups: dict, mechs) -> postprocess.Table:
         """SET dpsql.topk: the k keys report-noisy-max chooses from the public domain's exact bounded

@@ -804,6 +804,27 @@ class _Analysis:
             out.append(_ordering(o, expr))
         return tuple(out)
 
+    def _check_work(self, domain_size: int | None, per_group: int, quantiles: int) -> None:
+        """[limits] max_released_cells and max_quantile_work (dpsql.policy.Limits), before anything
+        is charged: the groups are the public domains' product when every key has one (all are
+        released, whatever the LIMIT), else max_released_rows; one group without keys. Facts of the
+        query and the policy only."""
+        lim = self.policy.limits
+        groups = 1 if not self.keys else domain_size if domain_size is not None else lim.max_released_rows
+        why = ("the product of its keys' public domains" if self.keys and domain_size is not None else
+               "max_released_rows: a key has no public domain" if self.keys else "no GROUP BY")
+        cells, work = groups * per_group, groups * quantiles
+        if cells > lim.max_released_cells:
+            raise QueryRejected("this query", f"it demands {groups} groups ({why}) x {per_group} noisy values = "
+                                f"{cells} cells, more than the {lim.max_released_cells} one query may demand "
+                                "(the policy's max_released_cells)",
+                                "group by fewer or narrower keys, or ask for fewer aggregates")
+        if work > lim.max_quantile_work:
+            raise QueryRejected("this query", f"it demands {groups} groups ({why}) x {quantiles} quantiles = "
+                                f"{work} quantile choices, more than the {lim.max_quantile_work} one query may "
+                                "demand (the policy's max_quantile_work)",
+                                "group by fewer or narrower keys, or ask for fewer quantiles")
+
     @staticmethod
     def _count_literal(node: exp.Expression | None, what: str) -> int | None:
         return _count_literal(node, what)
@@ -842,6 +863,7 @@ class _Analysis:
         measures = tuple(self.measures.values())
         quantiles = quantile_measures.plan_quantiles(self)
         distincts = distinct_counts.plan_distincts(self)
+        self._check_work(domain_size, len(measures) + len(quantiles) + len(distincts), len(quantiles))
         units_only = bounded and all(m.kind == "count" and m.input is None and m.filter is None
                                      and (rows == 1 or m.cap == 1) for m in measures)
         needs_selection = bool(self.keys) and not public

@@ -67,6 +67,9 @@ def check_facts(actual: Mapping[str, TableFacts], expect: Expect) -> None:
 class Engine(Protocol):
     dialect: str       # sqlglot dialect name
     facts_fixed: bool  # True when nobody can change the schema while the engine is open
+    # (optional) seconds one statement may run, or None: the engine stops its query past it, and
+    # the Session holds the stages after the engine (release, post-processing) to the same limit
+    statement_timeout: float | None
 
     def run(self, sql: str, params: Mapping[str, object] | None = None, *, expect: Expect | None = None,
             before: Callable[[], None] | None = None) -> Rows:

@@ -116,6 +116,7 @@ class PostgresEngine:
         self._lock = threading.Lock()
         self._schema = schema.lower()
         self._timeout_ms = None if statement_timeout is None else max(1, int(statement_timeout * 1000))
+        self.statement_timeout = statement_timeout     # the Session holds its own stages to it too
         self._work_mem, self._jit = work_mem or "", "on" if jit else "off"
         self._begin_texts: dict[tuple, str] = {}        # _begin's text per relations and settings
         self._options = {"schema": schema, "statement_timeout": statement_timeout, "connect_timeout": connect_timeout,

@@ -108,6 +108,47 @@ def test_selected_groups_beyond_the_limit_are_cut_and_said(tmp_path):
     assert "30 more released groups were cut" in r.status
 
 
+def test_selected_groups_are_cut_before_their_values_are_drawn_only_when_nothing_reorders_them(tmp_path):
+    """Without HAVING, ORDER BY, OFFSET or an outer query the first max_released_rows selected groups
+    (in key order) are the released ones: the rest are cut before their values are drawn, and the
+    count of cut ones is what it would be after; with ORDER BY every selected group is released
+    first and the best ones kept."""
+    path = str(tmp_path / "sel.duckdb")
+    con = duckdb.connect(path)
+    con.execute("CREATE TABLE t AS SELECT i AS pid, i % 50 AS g FROM range(20000) r(i)")
+    con.close()
+    pol = {"budget": {"epsilon": 10.0, "delta": 1e-3, "ledger": str(tmp_path / "l.sqlite")},
+           "defaults": {"epsilon": 1.0, "delta": 1e-4}, "timing": {"quantum": 0, "floor": 0},
+           "reconstruction": {"cache_lifetime": 0}, "limits": {"max_released_rows": 20},
+           "tables": {"t": {"privacy_unit": "pid", "columns": {"g": {}}}}}
+    s = dpsql.connect(path, policy=pol, analyst="ann").session
+    r = s.execute("SELECT g, COUNT(*) FROM t GROUP BY g LIMIT 25")
+    assert [row[0] for row in r.rows] == list(range(20)) and r.truncated == 5
+    r = s.execute("SELECT g, COUNT(*) FROM t GROUP BY g LIMIT 10")
+    assert [row[0] for row in r.rows] == list(range(10)) and r.truncated == 0
+    r = s.execute("SELECT g, COUNT(*) AS n FROM t GROUP BY g ORDER BY g DESC")
+    assert [row[0] for row in r.rows] == list(range(49, 29, -1)) and r.truncated == 30
+
+
+def test_work_limits_refuse_before_the_charge(people_db, tmp_path):
+    """[limits] max_released_cells and max_quantile_work: the refusal names the limit and the numbers,
+    and nothing is charged."""
+    conn = _conn(people_db, tmp_path, limits={"max_released_cells": 30, "max_quantile_work": 16})
+    cur = conn.cursor()
+    with pytest.raises(QueryRejected, match=r"8 groups \(the product of its keys' public domains\) x 4 noisy "
+                                            r"values = 32 cells, more than the 30 .*max_released_cells"):
+        cur.execute("SELECT state, COUNT(*), SUM(income), SUM(age), MEDIAN(age) FROM people GROUP BY state")
+    with pytest.raises(QueryRejected, match=r"8 groups .* x 3 quantiles = 24 quantile choices, more than the 16 "
+                                            r".*max_quantile_work"):
+        cur.execute("SELECT state, MIN(age), MEDIAN(age), MAX(age) FROM people GROUP BY state")
+    with pytest.raises(QueryRejected, match=r"100000 groups \(max_released_rows: a key has no public domain\) "
+                                            r"x 1 noisy values = 100000 cells"):
+        cur.execute("SELECT income, COUNT(*) FROM people GROUP BY income")
+    assert conn.session.spending().epsilon_spent == 0.0
+    cur.execute("SELECT state, MEDIAN(age), MAX(age) FROM people GROUP BY state")     # 16 of each: fits
+    assert len(cur.fetchall()) == 8
+
+
 def test_answer_cache_is_capped_per_analyst(people_db, tmp_path):
     conn = _conn(people_db, tmp_path, limits={"max_cached_bytes": 3000})
     s = conn.session

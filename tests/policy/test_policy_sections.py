@@ -26,6 +26,9 @@ def test_defaults_when_the_sections_are_absent():
     assert p.server.auth == "scram-sha-256" and p.server.tls_cert is None
     assert (p.server.max_connections, p.server.max_connections_per_analyst) == (64, 16)
     assert p.analysts == {} and p.budget_for("anyone") == p.budget
+    assert (p.limits.max_released_cells, p.limits.max_quantile_work) == (2_000_000, 1_000_000)
+    lim = load_policy(with_sections(limits={"max_released_cells": 7, "max_quantile_work": 9})).limits
+    assert (lim.max_released_cells, lim.max_quantile_work) == (7, 9)
 
 
 @pytest.mark.parametrize("given, seconds", [(3600, 3600.0), ("90s", 90.0), ("12h", 43200.0), ("30d", 2592000.0),
@@ -71,6 +74,11 @@ def test_per_analyst_budget_overrides_the_default_one():
     ({"analysts": {"alice": {"delta": 1.0}}}, "analysts.alice.delta", "below 1"),
     ({"analysts": {"alice": {"role": "admin"}}}, "analysts.alice.role", "unknown key"),
     ({"analysts": {"bad name!": {}}}, "analysts.bad name!", "analyst name"),
+    ({"limits": {"max_released_cells": 0}}, "limits.max_released_cells", "whole number from 1 to 1000000000"),
+    ({"limits": {"max_released_cells": 2.5e6}}, "limits.max_released_cells", "whole number"),
+    ({"limits": {"max_quantile_work": True}}, "limits.max_quantile_work", "whole number"),
+    ({"limits": {"max_quantile_work": 10**10}}, "limits.max_quantile_work", "to 1000000000"),
+    ({"limits": {"max_quantile_items": 5}}, "limits.max_quantile_items", "unknown key"),
 ])
 def test_malformed_sections_name_key_and_problem(sections, key, problem):
     with pytest.raises(dpsql.PolicyError) as info:

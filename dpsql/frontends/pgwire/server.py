@@ -71,6 +71,7 @@ SERVER_VERSION = "15.0 (dpsql)"
 STARTUP_TIMEOUT = 30.0
 _AUTH_MESSAGE_LIMIT = 10_000
 _FLUSH_BYTES = 64 * 1024
+_SEND_BATCH = 2048                  # rows encoded between two checks of cancel and time (_send_rows)
 _TX_START = {"BEGIN", "START"}
 _TX_END = {"COMMIT", "END", "ROLLBACK", "ABORT"}
 _FRAMING = object()          # queue marker: the byte stream cannot be framed any more
@@ -340,6 +341,8 @@ class _Client:
         self.out_size = 0
         self.gone = False
         self._inflight = None              # the concurrent Future of the statement running, if any
+        self._sending = False              # a statement's rows are being encoded (_send_rows)
+        self._stop_sending = False         # a cancel arrived meanwhile: stop them
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=512)
         self._reader_task: asyncio.Task | None = None
 
@@ -450,7 +453,10 @@ class _Client:
         return fut is not None and not fut.done()
 
     def cancel_query(self) -> None:
-        """CancelRequest, disconnect, shutdown: stop the running statement, private or catalog."""
+        """CancelRequest, disconnect, shutdown: stop the running statement, private or catalog, or
+        the encoding of its rows (_send_rows)."""
+        if self._sending:
+            self._stop_sending = True
         if not self.running:
             return
         for what in (self.catalog, self.session):
@@ -734,7 +740,11 @@ class _Client:
             fields = [codec.Field(n, oid, size, mod) for n, oid, size, mod in ans.columns]
             if fields:
                 self.send(codec.row_description(fields))
-            self._send_rows(ans, fields, [0] * len(fields), 0, len(ans.rows))
+            try:
+                await self._send_rows(ans, fields, [0] * len(fields), 0, len(ans.rows))
+            except Exception as err:
+                self._fail(err)
+                break
             if ans.notice:
                 self.send(codec.notice_response({"S": "NOTICE", "V": "NOTICE", "C": "00000", "M": ans.notice}))
             self.send(codec.command_complete(ans.tag))
@@ -756,18 +766,41 @@ class _Client:
             self.send(codec.notice_response({"S": "NOTICE", "V": "NOTICE", "C": "00000", "M": ans.notice}))
         self.send(codec.command_complete(f"COPY {len(ans.rows)}"))
 
-    def _send_rows(self, ans: _Answer, fields: list[codec.Field], formats: list[int], start: int, stop: int) -> None:
+    async def _send_rows(self, ans: _Answer, fields: list[codec.Field], formats: list[int], start: int,
+                         stop: int) -> None:
+        """DataRows for ans.rows[start:stop], _SEND_BATCH at a time. Between batches: the output is
+        flushed (or the loop yielded to), so that a large answer neither holds the event loop from
+        the other connections nor piles up in memory; and a cancel (CancelRequest, disconnect) or
+        the session's statement time limit (Session.check) ends the statement with QueryCanceled
+        after the rows sent so far, as PostgreSQL's own errors mid-result do."""
         oids = [f.type_oid for f in fields]
         spec = list(zip(oids, formats))
         if not ans.text_rows:
             encode = codec.row_encoder(spec)
+        else:
+            def encode(row):
+                return codec.data_row([v.encode("utf-8") if (v is not None and fmt == 0) else
+                                       codec.text_to_binary(v, oid) for v, (oid, fmt) in zip(row, spec)])
+        if stop - start <= _SEND_BATCH:
             for row in ans.rows[start:stop]:
                 self.send(encode(row))
             return
-        for row in ans.rows[start:stop]:
-            vals = [v.encode("utf-8") if (v is not None and fmt == 0) else codec.text_to_binary(v, oid)
-                    for v, (oid, fmt) in zip(row, spec)]
-            self.send(codec.data_row(vals))
+        self._sending, self._stop_sending = True, False
+        try:
+            for at in range(start, stop, _SEND_BATCH):
+                if at > start:
+                    if self.out_size > _FLUSH_BYTES:
+                        await self.flush()
+                    else:
+                        await asyncio.sleep(0)
+                    if self._stop_sending or self.gone:
+                        raise QueryCanceled("canceling statement due to user request: the query was cancelled")
+                    if self.session is not None and not ans.text_rows and start == 0:
+                        self.session.check()
+                for row in ans.rows[at:min(stop, at + _SEND_BATCH)]:
+                    self.send(encode(row))
+        finally:
+            self._sending = self._stop_sending = False
 
     async def _run(self, sql: str, params: list | None, session_sql: str | None = None) -> _Answer:
         """One statement through the transaction rules, the catalog and the Session."""
@@ -860,7 +893,7 @@ class _Client:
                 return
             fields = self._portal_fields(portal)
             stop = len(ans.rows) if msg.max_rows <= 0 else min(len(ans.rows), portal.position + msg.max_rows)
-            self._send_rows(ans, fields, [f.format for f in fields], portal.position, stop)
+            await self._send_rows(ans, fields, [f.format for f in fields], portal.position, stop)
             portal.position = stop
             if stop < len(ans.rows):
                 self.send(codec.PORTAL_SUSPENDED)
