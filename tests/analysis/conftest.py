@@ -738,9 +738,9 @@ class _Walk(Values):
                    aliases=frozenset({"people"}), r=base.r)
 
     def from_clause(self, node: Tree, env: dict, parent: Scope | None = None,
-                    avoid: frozenset[str] = frozenset(), need_protected: bool = True) -> Scope:
+                    avoid: frozenset[str] = frozenset(), need_protected: bool = True, semi: bool = False) -> Scope:
         scope = Scope(env, parent)
-        scope.row_reader = not need_protected          # the FROM of a row-level query
+        scope.row_reader = not need_protected or semi    # the FROM of a row-level query, or of IN/EXISTS (J5)
         items = [c for c in node.children if isinstance(c, Tree)]
         self.from_item(items[0], env, scope, avoid, first=True)
         for j in items[1:]:
@@ -1385,7 +1385,7 @@ class _Walk(Values):
         outer = self.resolve(outer_col, scope)
         frm = self.trees(node, "from_clause")[0]
         try:
-            inner = self.from_clause(frm, scope.env)
+            inner = self.from_clause(frm, scope.env, semi=True)
         except _GiveUp:
             self.replace(frm, "FROM people")
             inner = Scope(scope.env)
@@ -1406,7 +1406,7 @@ class _Walk(Values):
         if self.repair:
             self.avoid = self.avoid | scope.aliases()
         try:
-            inner = self.from_clause(frm, scope.env, parent=scope)
+            inner = self.from_clause(frm, scope.env, parent=scope, semi=True)
         except _GiveUp:
             alias = self.fresh()
             self.replace(frm, f"FROM people AS {alias}")
