@@ -121,25 +121,27 @@ def _dpsql(target: str, policy: dict[str, Any], epsilon: float):
     return conn
 
 
-def _release(conn, sql: str) -> tuple[list[tuple], list[tuple] | None, bool]:
-    """The released rows, their half-widths, and whether partition selection may have dropped
-    groups (cur.suppressed is None then: a group of one customer is never released)."""
+def _release(conn, sql: str) -> tuple[list[tuple], list[tuple] | None, bool, bool]:
+    """The released rows, their half-widths, whether partition selection may have dropped
+    groups (cur.suppressed is None then: a group of one customer is never released), and whether
+    the query was private (charged) rather than passed through (public tables only)."""
     cur = conn.cursor()
     cur.execute(sql)
     rows = cur.fetchall()
-    return rows, cur.half_widths, getattr(cur, "suppressed", 0) is None
+    cost = cur.cost
+    return rows, cur.half_widths, getattr(cur, "suppressed", 0) is None, bool(cost and cost.epsilon > 0)
 
 
 # --- one query ---------------------------------------------------------------------------------
 
 def check(sql: str, rows: list[tuple], widths: list[tuple] | None, truth: list[tuple],
-          limit: int | None, selected: bool = False) -> str:
+          limit: int | None, selected: bool = False, private: bool = True) -> str:
     """'right' or 'WRONG (detail)': the released rows against the plain rows of the same SQL
     without its LIMIT."""
     is_value = _value_columns(sql)
     if len(is_value) != (len(rows[0]) if rows else len(is_value)):
         return f"WRONG (released {len(rows[0])} columns, the query has {len(is_value)})"
-    if not any(is_value) or (rows and (widths is None or all(h is None for r in widths for h in r))):
+    if not any(is_value) or not private:       # passed through: exactly the plain rows
         got = sorted(tuple(map(_norm, r)) for r in rows)
         want = sorted(tuple(map(_norm, r)) for r in truth)
         if limit is not None:
@@ -218,14 +220,14 @@ def run_query(q: str, sql: str, plain: Plain, exact, noisy, runs: int) -> dict[s
         return res
     res["groups"] = len(truth)
     try:
-        rows, widths, selected = _release(exact, sql)
+        rows, widths, selected, private = _release(exact, sql)
     except dpsql.QueryRejected as e:
         res.update(status="refused", detail=_first_line(e))
         return res
     except Exception as e:      # noqa: BLE001
         res.update(status="internal error", detail=f"{type(e).__name__}: {_first_line(e)}")
         return res
-    verdict = check(sql, rows, widths, truth, limit, selected)
+    verdict = check(sql, rows, widths, truth, limit, selected, private)
     res.update(status="answered", verdict=verdict, released=len(rows))
     errs, t_dp, t_plain, failures = [], [], [], []
     for _ in range(runs):
@@ -234,7 +236,7 @@ def run_query(q: str, sql: str, plain: Plain, exact, noisy, runs: int) -> dict[s
         t_plain.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         try:
-            rows, _, _ = _release(noisy, sql)
+            rows, _, _, _ = _release(noisy, sql)
         except Exception as e:  # noqa: BLE001
             failures.append(_first_line(e))
             continue

@@ -1032,7 +1032,8 @@ def test_spark_reads_ancient_dates_in_parquet_written_elsewhere(spark_session, t
         pol = {"budget": {"epsilon": 100.0, "delta": 1e-3, "ledger": str(tmp_path / f"{ds}.sqlite")},
                "defaults": {"epsilon": 1.0}, "timing": {"quantum": 0, "floor": 0},
                "reconstruction": {"cache_lifetime": 0},
-               "tables": {"t": {"privacy_unit": "pid", "source": path, "columns": {"d": {}, "ts": {}}}}}
+               "tables": {"t": {"privacy_unit": "pid", "source": path, "columns": {"d": {}, "ts": {}},
+                                "types": {"pid": "BIGINT", "d": "DATE", "ts": "TIMESTAMP"}}}}
         with Session.open(SPARK_TARGET, pol, "analyst", rng=SeededRng(1)) as session:
             outcomes[ds] = [run(session, q).kind for q in ("SELECT COUNT(d) FROM t", "SELECT COUNT(*) FROM t "
                                                            "WHERE ts > TIMESTAMP '2000-01-01 00:00:00'")]
