@@ -62,6 +62,8 @@ from __future__ import annotations
 
 import re
 
+from dpsql.errors import InterfaceError
+
 FileTypes = tuple[tuple[str, str], ...]     # (column, type) in the order declared
 
 # Each spelling a policy may use -> the name DuckDB reports for it. Scalar types only.
@@ -94,3 +96,12 @@ def file_type(sql_type: str) -> str | None:
         return None
     width, scale = int(m.group(1) or 18), int(m.group(2) or (0 if m.group(1) else 3))
     return f"DECIMAL({width},{scale})" if 1 <= width <= 38 and scale <= width else None
+
+
+def file_column(source: str, names: dict[str, str], column: str) -> str:
+    """The file's own spelling of a declared column (names: the file's columns by lower-case
+    name), or the error the owner sees when the file lacks it (the engines read files alike)."""
+    if column.lower() not in names:
+        raise InterfaceError(f"{source!r} has no column {column!r}, which the policy declares "
+                             f"(its columns: {', '.join(sorted(names))})")
+    return names[column.lower()]

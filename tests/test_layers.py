@@ -19,7 +19,7 @@ ALLOWED = {
     "cost": set(),
     "dialects": set(),    # engine capabilities as data (sqlglot only), for the analysis and the rewrite
     "accounting": set(),  # zCDP and composition arithmetic: a leaf, like cost
-    "filetypes": set(),   # declared types of file tables: a leaf the policy, the engines and init share
+    "filetypes": {"errors"},   # declared types of file tables: what the policy, the engines and init share
     "policy": {"errors", "filetypes"},
     "analysis": {"errors", "policy", "cost", "analysis", "sqltext", "dialects"},
     "rewrite": {"errors", "policy", "cost", "analysis", "rewrite", "dialects"},

@@ -50,7 +50,7 @@ import duckdb
 
 from dpsql.engines.base import Expect, Rows, TableFacts, check_facts
 from dpsql.errors import EngineError, InterfaceError, QueryCanceled
-from dpsql.filetypes import file_type
+from dpsql.filetypes import file_column, file_type
 
 log = logging.getLogger("dpsql.engine")
 
@@ -174,10 +174,7 @@ def _casts(path: str, names: Mapping[str, str], declared: Sequence[tuple[str, st
         typ = file_type(sql_type)
         if typ is None:
             raise InterfaceError(f"{sql_type!r} is not a type dpsql reads files as (dpsql.filetypes)")
-        if column.lower() not in names:
-            raise InterfaceError(f"{path!r} has no column {column!r}, which the policy declares "
-                                 f"(its columns: {', '.join(sorted(names))})")
-        out.append(f"TRY_CAST({_quote(names[column.lower()])} AS {typ}) AS {_quote(column.lower())}")
+        out.append(f"TRY_CAST({_quote(file_column(path, names, column))} AS {typ}) AS {_quote(column.lower())}")
     return ", ".join(out)
 
 

@@ -41,7 +41,7 @@ from typing import Any
 
 from dpsql.engines.base import Expect, Rows, TableFacts, check_facts
 from dpsql.errors import EngineError, Error, InterfaceError, QueryCanceled
-from dpsql.filetypes import file_type
+from dpsql.filetypes import file_column, file_type
 
 log = logging.getLogger("dpsql.engine")
 
@@ -367,10 +367,7 @@ def _typed(source: str, columns: list[str], declared: tuple[tuple[str, str], ...
         spark = _SPARK_TYPES.get(typ) or (typ.lower() if typ.startswith("DECIMAL(") else None)
         if spark is None:
             raise InterfaceError(f"Spark cannot read a column as {sql_type!r}: declare another type for {column!r}")
-        if column.lower() not in names:
-            raise InterfaceError(f"{source!r} has no column {column!r}, which the policy declares "
-                                 f"(its columns: {', '.join(sorted(names))})")
-        out.append(f"try_cast({_quote(names[column.lower()])} AS {spark}) AS {_quote(column.lower())}")
+        out.append(f"try_cast({_quote(file_column(source, names, column))} AS {spark}) AS {_quote(column.lower())}")
     return out
 
 
