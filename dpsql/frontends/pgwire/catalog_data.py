@@ -1,6 +1,6 @@
-"""pg_catalog and information_schema as PostgreSQL 15 defines them: relations, columns, built-in types.
+"""Generated from a PostgreSQL 15 server: pg_catalog and information_schema as it defines them.
 
-Generated from a PostgreSQL 15 server (column names and types, built-in pg_type rows); fixed data,
+Relations, columns and built-in types (column names and types, built-in pg_type rows); fixed data,
 no rows of any user table. Regenerate with the script in tests/proxy/catalog_queries/README.md."""
 
 # relation -> (oid, relkind, ((column, type name), ...))

@@ -10,6 +10,7 @@ Statistics are not emulated: reltuples is -1 and relpages 0 for every relation.
 """
 from __future__ import annotations
 
+import re
 import threading
 import zlib
 from dataclasses import dataclass
@@ -90,7 +91,6 @@ def user_oids(names) -> dict[str, int]:
 
 def _typmod(sql_type: str) -> int:
     """atttypmod of numeric(p,s) and varchar(n); -1 otherwise."""
-    import re
     m = re.match(r"\s*(decimal|numeric)\s*\(\s*(\d+)\s*(?:,\s*(\d+))?\s*\)", sql_type, re.IGNORECASE)
     if m:
         return ((int(m.group(2)) << 16) | int(m.group(3) or 0)) + 4

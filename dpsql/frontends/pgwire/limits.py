@@ -23,6 +23,7 @@ Error messages name the limit and the policy key, never a value from the data.
 from __future__ import annotations
 
 import concurrent.futures
+import ctypes
 import fcntl
 import hashlib
 import itertools
@@ -250,7 +251,6 @@ def tune_allocator() -> bool:
     Only the server does this (a process dpsql owns); a program using dpsql as a library keeps
     its own allocator settings (glibc reads MALLOC_TRIM_THRESHOLD_ and MALLOC_MMAP_THRESHOLD_
     from the environment). Returns whether the settings took (False off glibc)."""
-    import ctypes
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):

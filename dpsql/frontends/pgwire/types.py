@@ -10,6 +10,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import sqlglot
+from sqlglot import exp
+
+from dpsql.sqltext import bare_type, skip
+
 
 @dataclass(frozen=True, slots=True)
 class PgType:
@@ -63,7 +68,6 @@ def pg_type(sql_type: str | None) -> PgType:
     """The built-in PostgreSQL type for an engine's type name; text for anything unknown."""
     if not sql_type:
         return TEXT
-    from dpsql.sqltext import bare_type
     name = re.sub(r"\s*\(.*\)\s*$", "", bare_type(sql_type).strip().lower())   # DECIMAL(18,3) -> decimal
     return _BY_NAME.get(name, TEXT)
 
@@ -75,7 +79,6 @@ _PARAM = re.compile(r"\$(\d+)")
 
 def param_count(sql: str) -> int:
     """The highest $n placeholder outside quotes and comments (0 if none)."""
-    from dpsql.sqltext import skip
     n, i, top = len(sql), 0, 0
     while i < n:
         c = sql[i]
@@ -111,9 +114,6 @@ def infer_param_oids(sql: str, declared: list[int] | tuple[int, ...], tables: di
 
 
 def _guess(sql: str, tables: dict[str, dict[str, str]]) -> dict[int, int]:
-    import sqlglot
-    from sqlglot import exp
-
     tree = sqlglot.parse_one(sql, read="postgres")
     used = {t.name.lower() for t in tree.find_all(exp.Table)}
     columns: dict[str, str] = {}
@@ -134,8 +134,6 @@ def _guess(sql: str, tables: dict[str, dict[str, str]]) -> dict[int, int]:
 
 
 def _placeholder_type(ph, columns: dict[str, str]) -> int | None:
-    from sqlglot import exp
-
     node, parent = ph, ph.parent
     while isinstance(parent, (exp.Paren, exp.Cast, exp.Neg)):
         if isinstance(parent, exp.Cast):
@@ -162,7 +160,6 @@ _PARAM_CAST = re.compile(r"\$(\d+)::\s*([A-Za-z_]\w*(?:\s+precision|\s+varying|\
 def _rewrite_code(sql: str, at_dollar) -> str:
     """Copy `sql`, calling `at_dollar(sql, i)` at each `$` outside quotes and comments; it returns
     (replacement, end) to substitute sql[i:end], or None to keep the `$`."""
-    from dpsql.sqltext import skip
     out, i, n = [], 0, len(sql)
     while i < n:
         c = sql[i]
