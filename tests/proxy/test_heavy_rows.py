@@ -1,5 +1,5 @@
 """A large answer's rows through the proxy: encoded in batches, stopped by a CancelRequest between
-them (dpsql.frontends.pgwire.server._send_rows); the connection stays usable."""
+them (dpsql.frontends.pgwire.client.Client._send_rows); the connection stays usable."""
 from __future__ import annotations
 
 import threading
@@ -8,7 +8,7 @@ import time
 import psycopg
 import pytest
 
-from dpsql.frontends.pgwire import server as srv
+from dpsql.frontends.pgwire import client as srv
 from tests.proxy.conftest import start_proxy
 
 HEAVY = ("SELECT WIDTH_BUCKET(age, 0, 100, 199) AS a, WIDTH_BUCKET(income, 0, 200000, 199) AS b, COUNT(*) "

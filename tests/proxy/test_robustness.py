@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from dpsql.frontends.pgwire import codec
-from dpsql.frontends.pgwire import server as server_mod
+from dpsql.frontends.pgwire import startup as startup_mod
 from dpsql.frontends.pgwire.auth import ScramClient
 from tests.proxy.conftest import PASSWORD, raw_connect, recv_all, start_proxy, wait_for
 from tests.proxy.wire import read_messages as _read_messages
@@ -223,16 +223,16 @@ def test_trust_refuses_non_loopback(people_db, tmp_path, monkeypatch):
     try:
         with psycopg.connect(p.dsn("carol", password=""), autocommit=True) as c:     # loopback: any known name
             assert c.execute("SHOW dpsql.analyst").fetchone()[0] == "carol"
-        monkeypatch.setattr(server_mod, "_is_loopback", lambda host: False)
+        monkeypatch.setattr(startup_mod, "_is_loopback", lambda host: False)
         with pytest.raises(psycopg.OperationalError, match="only from loopback"):
             psycopg.connect(p.dsn("carol", password=""))
     finally:
         p.server.stop()
         p.backend.close()
-    assert server_mod._is_loopback.__name__ == "<lambda>"
+    assert startup_mod._is_loopback.__name__ == "<lambda>"
     monkeypatch.undo()
-    assert server_mod._is_loopback("127.0.0.1") and server_mod._is_loopback("::1")
-    assert server_mod._is_loopback("::ffff:127.0.0.1") and not server_mod._is_loopback("10.1.2.3")
+    assert startup_mod._is_loopback("127.0.0.1") and startup_mod._is_loopback("::1")
+    assert startup_mod._is_loopback("::ffff:127.0.0.1") and not startup_mod._is_loopback("10.1.2.3")
 
 
 def _self_signed(tmp_path):

@@ -38,7 +38,25 @@ from dpsql.frontends.pgwire.limits import (
     StatementTimeout,
     Watchdog,
 )
-from dpsql.sqltext import strip_comments
+from dpsql.frontends.pgwire.statements import (
+    BEGIN_RE,
+    COMMIT_RE,
+    DEALLOCATE_RE,
+    DISCARD_RE,
+    ISOLATION_RE,
+    RELEASE_RE,
+    RESET_RE,
+    ROLLBACK_RE,
+    ROLLBACK_TO_RE,
+    SAVEPOINT_RE,
+    SET_RE,
+    SET_ROLE_RE,
+    SHOW_RE,
+    TRANSACTION_SETTING_RE,
+    StatementKind,
+    classify as statement_kind,
+    normalize,
+)
 
 log = logging.getLogger("dpsql.pgwire")
 
@@ -111,27 +129,6 @@ def _setting_name(raw: str) -> str:
     return _ALIASES.get(re.sub(r"\s+", " ", name), name)
 
 
-def _normalize(sql: str) -> str:
-    return strip_comments(sql).strip().rstrip(";").strip()
-
-
-_SET = re.compile(r"(?is)^set\s+(?:(session|local)\s+)?(?!session\s+characteristics|transaction\b)"
-                  r"(time\s+zone|names|schema|role|session\s+authorization|[\w.\"]+)\s*(?:(?:=|\bto\b)\s*)?(.*)$")
-_SHOW = re.compile(r"(?is)^show\s+(transaction\s+isolation\s+level|time\s+zone|session\s+authorization|all|[\w.\"]+)$")
-_RESET = re.compile(r"(?is)^reset\s+(all|time\s+zone|session\s+authorization|[\w.\"]+)$")
-_BEGIN = re.compile(r"(?is)^(begin|start)(\s+(work|transaction))?(\s+.*)?$")
-_COMMIT = re.compile(r"(?is)^(commit|end)(\s+(work|transaction))?(\s+and\s+(no\s+)?chain)?$")
-_ROLLBACK = re.compile(r"(?is)^(rollback|abort)(\s+(work|transaction))?(\s+and\s+(no\s+)?chain)?$")
-_ROLLBACK_TO = re.compile(r"(?is)^rollback(\s+(work|transaction))?\s+to\s+(savepoint\s+)?[\w\"]+$")
-_SAVEPOINT = re.compile(r"(?is)^savepoint\s+[\w\"]+$")
-_RELEASE = re.compile(r"(?is)^release(\s+savepoint)?\s+[\w\"]+$")
-_DEALLOCATE = re.compile(r"(?is)^deallocate(\s+prepare)?\s+(all|[\w\"]+)$")
-_DISCARD = re.compile(r"(?is)^discard\s+(all|plans|sequences|temp|temporary)$")
-_TXN_SETTING = re.compile(r"(?is)^set\s+(session\s+characteristics\s+as\s+)?transaction\b")
-_BEGIN_ISOLATION = re.compile(r"(?is)isolation\s+level\s+(read\s+committed|read\s+uncommitted|repeatable\s+read|"
-                              r"serializable)")
-
-
 _KEEP_TEXTS = 256            # per connection: the texts classify() need not parse again
 _KEEP_TEXT_CHARS = 8192
 
@@ -194,42 +191,41 @@ class Catalog:
 
     # -- the two entry points
     def answer(self, sql: str, params: list[str | None] | None = None) -> Reply | None:
-        text = _normalize(sql)
+        text = normalize(sql)
         if not text:
             return None
-        word = text.split(None, 1)[0].lower()
-        handler = _COMMANDS.get(word)
+        kind = statement_kind(text)
+        handler = _COMMANDS.get(kind)
         if handler is not None:
             return handler(self, text)
-        if word in ("select", "with", "values", "table") or text.startswith("("):
+        if kind is StatementKind.QUERY:
             return self._query(text, params)
         return None
 
     def describe(self, sql: str) -> list[Column] | None:
-        text = _normalize(sql)
+        text = normalize(sql)
         if not text:
             return None
-        word = text.split(None, 1)[0].lower()
-        if word == "show":
+        kind = statement_kind(text)
+        if kind is StatementKind.SHOW:
             reply = self._show(text)
             return reply.columns if reply is not None else None
-        if word in _COMMANDS:
-            probe = _COMMANDS[word]
-            if word in ("set", "reset"):   # only its own settings; no side effect in a describe
-                return [] if self._owns_setting_statement(text) else None
-            return [] if probe is not None else None
-        if word in ("select", "with", "values", "table") or text.startswith("("):
+        if kind in (StatementKind.SET, StatementKind.RESET):   # only its own settings; no side effect
+            return [] if self._owns_setting_statement(text) else None
+        if kind in _COMMANDS:
+            return []
+        if kind is StatementKind.QUERY:
             reply = self._query(text, None, describe=True)
             return reply.columns if reply is not None else None
         return None
 
     # -- housekeeping
     def _set(self, text: str) -> Reply | None:
-        if _TXN_SETTING.match(text):
+        if TRANSACTION_SETTING_RE.match(text):
             return Reply([], [], "SET")
-        if re.match(r"(?is)^set\s+(session\s+|local\s+)?(role|session\s+authorization)\b", text):
+        if SET_ROLE_RE.match(text):
             raise QueryRejected("SET ROLE / SESSION AUTHORIZATION", "the user is fixed when the client logs in")
-        m = _SET.match(text)
+        m = SET_RE.match(text)
         if m is None:
             return None
         name = re.sub(r"\s+", " ", m.group(2).strip('"').lower())
@@ -254,12 +250,12 @@ class Catalog:
         return Reply([], [], "SET")
 
     def _owns_setting_statement(self, text: str) -> bool:
-        if _TXN_SETTING.match(text):
+        if TRANSACTION_SETTING_RE.match(text):
             return True
-        m = _SET.match(text) or _RESET.match(text)
+        m = SET_RE.match(text) or RESET_RE.match(text)
         if m is None:
             return False
-        name = m.group(2 if m.re is _SET else 1).strip('"').lower()
+        name = m.group(2 if m.re is SET_RE else 1).strip('"').lower()
         return not name.startswith("dpsql.") and name != "all"
 
     def _store(self, name: str, canonical: str, value: str) -> None:
@@ -278,7 +274,7 @@ class Catalog:
                     self._cur.execute("DELETE FROM temp.main.pg_settings WHERE lower(name) = ?", [name])
 
     def _reset(self, text: str) -> Reply | None:
-        m = _RESET.match(text)
+        m = RESET_RE.match(text)
         if m is None:
             return None
         name = _setting_name(m.group(1))
@@ -295,7 +291,7 @@ class Catalog:
         return Reply([], [], "RESET")
 
     def _show(self, text: str) -> Reply | None:
-        m = _SHOW.match(text)
+        m = SHOW_RE.match(text)
         if m is None:
             return None
         name = _setting_name(m.group(1))
@@ -314,35 +310,35 @@ class Catalog:
         return Reply([Column(canonical, 25)], [(value,)], "SHOW")
 
     def _begin(self, text: str) -> Reply | None:
-        if not _BEGIN.match(text):
+        if not BEGIN_RE.match(text):
             return None
-        m = _BEGIN_ISOLATION.search(text)
+        m = ISOLATION_RE.search(text)
         if m:
             self.settings["transaction_isolation"] = ("transaction_isolation", re.sub(r"\s+", " ", m.group(1).lower()))
         return Reply([], [], "START TRANSACTION" if text[:5].lower() == "start" else "BEGIN")
 
     def _commit(self, text: str) -> Reply | None:
-        return Reply([], [], "COMMIT") if _COMMIT.match(text) else None
+        return Reply([], [], "COMMIT") if COMMIT_RE.match(text) else None
 
     def _rollback(self, text: str) -> Reply | None:
-        if _ROLLBACK.match(text) or _ROLLBACK_TO.match(text):
+        if ROLLBACK_RE.match(text) or ROLLBACK_TO_RE.match(text):
             return Reply([], [], "ROLLBACK")
         return None
 
     def _savepoint(self, text: str) -> Reply | None:
-        return Reply([], [], "SAVEPOINT") if _SAVEPOINT.match(text) else None
+        return Reply([], [], "SAVEPOINT") if SAVEPOINT_RE.match(text) else None
 
     def _release(self, text: str) -> Reply | None:
-        return Reply([], [], "RELEASE") if _RELEASE.match(text) else None
+        return Reply([], [], "RELEASE") if RELEASE_RE.match(text) else None
 
     def _deallocate(self, text: str) -> Reply | None:
-        m = _DEALLOCATE.match(text)
+        m = DEALLOCATE_RE.match(text)
         if m is None:
             return None
         return Reply([], [], "DEALLOCATE ALL" if m.group(2).lower() == "all" else "DEALLOCATE")
 
     def _discard(self, text: str) -> Reply | None:
-        m = _DISCARD.match(text)
+        m = DISCARD_RE.match(text)
         if m is None:
             return None
         if m.group(1).lower() == "all":
@@ -431,10 +427,11 @@ class Catalog:
 
 
 _COMMANDS = {
-    "set": Catalog._set, "show": Catalog._show, "reset": Catalog._reset, "begin": Catalog._begin,
-    "start": Catalog._begin, "commit": Catalog._commit, "end": Catalog._commit, "rollback": Catalog._rollback,
-    "abort": Catalog._rollback, "savepoint": Catalog._savepoint, "release": Catalog._release,
-    "deallocate": Catalog._deallocate, "discard": Catalog._discard,
+    StatementKind.SET: Catalog._set, StatementKind.SHOW: Catalog._show, StatementKind.RESET: Catalog._reset,
+    StatementKind.BEGIN: Catalog._begin, StatementKind.COMMIT: Catalog._commit,
+    StatementKind.ROLLBACK: Catalog._rollback, StatementKind.ROLLBACK_TO: Catalog._rollback,
+    StatementKind.SAVEPOINT: Catalog._savepoint, StatementKind.RELEASE: Catalog._release,
+    StatementKind.DEALLOCATE: Catalog._deallocate, StatementKind.DISCARD: Catalog._discard,
 }
 
 

@@ -34,6 +34,7 @@ Messages on a worker's socket pair (SOCK_SEQPACKET: each send is one message):
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -47,6 +48,11 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+
+from dpsql.errors import Error
+from dpsql.frontends.pgwire.limits import tune_allocator
+from dpsql.frontends.pgwire.server import SHUTDOWN_TIMEOUT, Server
+from dpsql.session import Backend
 
 log = logging.getLogger("dpsql.server")
 
@@ -82,6 +88,15 @@ class WorkerLink:
 
     def ready(self) -> None:
         self.sock.sendall(b"R")
+
+    def pid(self, low: int) -> int:
+        """A backend pid for a connection of this worker (worker_pid)."""
+        return worker_pid(self.index, low)
+
+    @staticmethod
+    def owner(pid: int) -> int | None:
+        """The index of the worker whose connection `pid` is (pid_worker)."""
+        return pid_worker(pid)
 
     def forward_cancel(self, pid: int, secret: int) -> None:
         """Best effort, as PostgreSQL's cancel is: a full or closed pipe drops the request."""
@@ -203,7 +218,6 @@ class Supervisor:
     def close(self, grace: float | None = None) -> None:
         """Stop accepting, SIGTERM every worker, wait for them (their own shutdown timeout and
         STOP_GRACE), SIGKILL what is left, remove the runtime directory."""
-        from dpsql.frontends.pgwire.server import SHUTDOWN_TIMEOUT
         self._stopping = True
         if self._listen is not None:
             try:
@@ -350,8 +364,6 @@ class Supervisor:
 
 def worker_main(argv: list[str]) -> int:
     """A worker process: `python -m dpsql.frontends.pgwire.workers FD`, its config on stdin."""
-    import asyncio
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # the supervisor decides when to stop (SIGTERM)
     sock = socket.socket(fileno=int(argv[0]))
     config = json.loads(sys.stdin.read())
@@ -359,11 +371,6 @@ def worker_main(argv: list[str]) -> int:
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO,
                             format=f"%(asctime)s %(name)s[{index}] %(levelname)s %(message)s")
-    from dpsql.errors import Error
-    from dpsql.frontends.pgwire.limits import tune_allocator
-    from dpsql.frontends.pgwire.server import Server
-    from dpsql.session import Backend
-
     tune_allocator()
 
     try:
