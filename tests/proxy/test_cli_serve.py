@@ -13,8 +13,9 @@ from click.testing import CliRunner
 
 from dpsql.demo import policy_toml
 from dpsql.frontends.cli import cli
-from dpsql.frontends.pgwire.auth import ScramClient, ScramServer
+from dpsql.frontends.pgwire.auth import ScramServer
 from tests.conftest import policy_for
+from tests.proxy.wire import ScramClient
 
 
 def test_passwd_from_stdin():

@@ -17,17 +17,19 @@ from dpsql.errors import (
     ProtocolViolation,
 )
 from dpsql.frontends.pgwire import codec
+from dpsql.frontends.pgwire import values as pgvalues
 from dpsql.frontends.pgwire.auth import (
-    ScramClient,
     ScramServer,
     make_verifier,
     parse_verifier,
 )
 from dpsql.frontends.pgwire.types import infer_param_oids, param_count, pg_type
+from tests.proxy import wire
+from tests.proxy.wire import ScramClient
 
 
 def test_startup_message_round_trip():
-    raw = codec.startup_message({"user": "alice", "database": "test"})
+    raw = wire.startup_message({"user": "alice", "database": "test"})
     n = codec.startup_length(raw[:4])
     msg = codec.parse_startup(raw[4:4 + n])
     assert msg == codec.Startup(3, 0, {"user": "alice", "database": "test"})
@@ -56,7 +58,7 @@ def test_absurd_startup_lengths(head):
 
 def test_decoder_frames_split_and_joined_messages():
     d = codec.Decoder()
-    stream = codec.query_message("SELECT 1") + codec.frontend("S") + codec.frontend("X")
+    stream = wire.query_message("SELECT 1") + wire.frontend("S") + wire.frontend("X")
     for i in range(len(stream)):          # one byte at a time
         d.feed(stream[i:i + 1])
     out = []
@@ -118,13 +120,13 @@ def test_backend_messages():
     fields = [codec.Field("n", 701, 8), codec.Field("s", 25, -1, format=1)]
     raw = codec.row_description(fields) + codec.data_row([b"1.5", None]) + codec.command_complete("SELECT 1") \
         + codec.ready_for_query("T")
-    msgs = codec.parse_backend(raw)
+    msgs = wire.parse_backend(raw)
     assert [k for k, _ in msgs] == ["T", "D", "C", "Z"]
     assert msgs[0][1][:2] == b"\0\x02" and b"n\0" in msgs[0][1]
     assert msgs[1][1] == b"\0\x02\0\0\0\x031.5\xff\xff\xff\xff"
     assert msgs[2][1] == b"SELECT 1\0"
     assert msgs[3][1] == b"T"
-    err = codec.parse_backend(codec.error_response({"S": "ERROR", "C": "42501", "M": "no"}))[0]
+    err = wire.parse_backend(codec.error_response({"S": "ERROR", "C": "42501", "M": "no"}))[0]
     assert err == ("E", b"SERROR\0C42501\0Mno\0\0")
 
 
@@ -135,13 +137,13 @@ def test_backend_messages():
     (dt.datetime(2024, 1, 2, 3, 4, 5), "2024-01-02 03:04:05"), ("héllo", "héllo"),
 ])
 def test_text_format(value, text):
-    assert codec.format_text(value) == text
-    assert codec.encode_value(value, 25, 0) == text.encode()
+    assert pgvalues.format_text(value) == text
+    assert pgvalues.encode_value(value, 25, 0) == text.encode()
 
 
 def test_float_text_round_trips():
     for v in (0.1 + 0.2, 1 / 3, 1997.9344864239783, 2.0 ** 60, 5e-324, -1.7976931348623157e308):
-        assert float(codec.format_float(v)) == v
+        assert float(pgvalues.format_float(v)) == v
 
 
 @pytest.mark.parametrize("value, oid", [
@@ -149,8 +151,8 @@ def test_float_text_round_trips():
     (dt.date(1999, 12, 31), 1082), (dt.datetime(2024, 5, 6, 7, 8, 9, 123456), 1114),
 ])
 def test_binary_round_trip(value, oid):
-    raw = codec.encode_value(value, oid, 1)
-    assert codec.decode_param(raw, oid, 1) == value
+    raw = pgvalues.encode_value(value, oid, 1)
+    assert pgvalues.decode_param(raw, oid, 1) == value
 
 
 _ROW_VALUES = [None, 0, -7, 2**62, True, False, 0.0, -0.0, 0.1, 1e16, 1.5e-05, float("inf"), float("nan"), 3.0,
@@ -168,11 +170,11 @@ def test_row_encoder_is_data_row_of_encode_value(oid, fmt):
     cases = []
     for v in values:
         try:
-            cases.append((v, codec.encode_value(v, oid, fmt)))
+            cases.append((v, pgvalues.encode_value(v, oid, fmt)))
         except (TypeError, ValueError, AttributeError, OverflowError, struct.error, ArithmeticError):
             continue                        # not a value of this type: the server never meets it
     assert len(cases) >= 2                 # None and at least one value of the type
-    encode = codec.row_encoder([(oid, fmt), (25, 0), (oid, fmt)])
+    encode = pgvalues.row_encoder([(oid, fmt), (25, 0), (oid, fmt)])
     for v, want in cases:
         assert encode((v, "x", v)) == codec.data_row([want, b"x", want]), (v, oid, fmt)
 
@@ -181,36 +183,36 @@ def test_row_encoder_is_data_row_of_encode_value(oid, fmt):
                                   "10000", "0.00", "999999999999.999999", "NaN", "100000000"])
 def test_numeric_binary_round_trip(text):
     d = Decimal(text)
-    back = codec.decode_numeric(codec.encode_numeric(d))
+    back = pgvalues.decode_numeric(pgvalues.encode_numeric(d))
     assert (back.is_nan() and d.is_nan()) or (back == d and str(back) == str(d))
 
 
 def test_numeric_binary_layout():
     # 12345.678: digits 1 2345 6780, weight 1, dscale 3 (as PostgreSQL's numeric_send)
-    assert codec.encode_numeric(Decimal("12345.678")) == struct.pack("!hhHh3H", 3, 1, 0, 3, 1, 2345, 6780)
-    assert codec.encode_numeric(Decimal("-0.05")) == struct.pack("!hhHh1H", 1, -1, 0x4000, 2, 500)
+    assert pgvalues.encode_numeric(Decimal("12345.678")) == struct.pack("!hhHh3H", 3, 1, 0, 3, 1, 2345, 6780)
+    assert pgvalues.encode_numeric(Decimal("-0.05")) == struct.pack("!hhHh1H", 1, -1, 0x4000, 2, 500)
 
 
 def test_text_params_decode_by_oid():
-    assert codec.decode_param(b"30", 23, 0) == 30
-    assert codec.decode_param(b"2.5", 701, 0) == 2.5
-    assert codec.decode_param(b"1.10", 1700, 0) == Decimal("1.10")
-    assert codec.decode_param(b"true", 16, 0) is True
-    assert codec.decode_param(b"2024-01-02", 1082, 0) == dt.date(2024, 1, 2)
-    assert codec.decode_param(b"CA", 0, 0) == "CA"
-    assert codec.decode_param(None, 23, 0) is None
+    assert pgvalues.decode_param(b"30", 23, 0) == 30
+    assert pgvalues.decode_param(b"2.5", 701, 0) == 2.5
+    assert pgvalues.decode_param(b"1.10", 1700, 0) == Decimal("1.10")
+    assert pgvalues.decode_param(b"true", 16, 0) is True
+    assert pgvalues.decode_param(b"2024-01-02", 1082, 0) == dt.date(2024, 1, 2)
+    assert pgvalues.decode_param(b"CA", 0, 0) == "CA"
+    assert pgvalues.decode_param(None, 23, 0) is None
     with pytest.raises(InvalidTextRepresentation) as err:
-        codec.decode_param(b"thirty", 23, 0)
+        pgvalues.decode_param(b"thirty", 23, 0)
     assert err.value.sqlstate == "22P02"
     with pytest.raises(InvalidBinaryRepresentation) as err:
-        codec.decode_param(b"\0\0", 23, 1)
+        pgvalues.decode_param(b"\0\0", 23, 1)
     assert err.value.sqlstate == "22P03"
 
 
 def test_catalog_text_to_binary():
-    assert codec.text_to_binary("42", 23) == struct.pack("!i", 42)
-    assert codec.text_to_binary("t", 16) == b"\x01"
-    assert codec.text_to_binary(None, 23) is None
+    assert pgvalues.text_to_binary("42", 23) == struct.pack("!i", 42)
+    assert pgvalues.text_to_binary("t", 16) == b"\x01"
+    assert pgvalues.text_to_binary(None, 23) is None
 
 
 def test_pg_type_names():

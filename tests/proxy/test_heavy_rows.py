@@ -18,7 +18,7 @@ HEAVY = ("SELECT WIDTH_BUCKET(age, 0, 100, 199) AS a, WIDTH_BUCKET(income, 0, 20
 def test_a_cancel_while_rows_are_sent_stops_them(people_db, tmp_path, monkeypatch):
     p = start_proxy(people_db, tmp_path, policy={"limits": {"max_released_rows": 1_000_000}})
     sending = threading.Event()
-    real = srv.codec.row_encoder
+    real = srv.values.row_encoder
 
     def slow_encoder(spec):             # 40,000 rows at 1 ms each: 40 s unless stopped
         encode = real(spec)
@@ -30,7 +30,7 @@ def test_a_cancel_while_rows_are_sent_stops_them(people_db, tmp_path, monkeypatc
         return slow
 
     monkeypatch.setattr(srv, "_SEND_BATCH", 100)
-    monkeypatch.setattr(srv.codec, "row_encoder", slow_encoder)
+    monkeypatch.setattr(srv.values, "row_encoder", slow_encoder)
     try:
         with psycopg.connect(p.dsn("alice"), autocommit=True) as c:
             outcome: dict = {}
@@ -51,7 +51,7 @@ def test_a_cancel_while_rows_are_sent_stops_them(people_db, tmp_path, monkeypatc
             assert not t.is_alive()
             assert isinstance(outcome.get("error"), psycopg.errors.QueryCanceled), outcome
             assert time.monotonic() - at < 5
-            monkeypatch.setattr(srv.codec, "row_encoder", real)
+            monkeypatch.setattr(srv.values, "row_encoder", real)
             assert c.execute("SELECT COUNT(*) FROM people").fetchone()[0] > 0
     finally:
         p.server.stop()

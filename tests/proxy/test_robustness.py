@@ -13,8 +13,9 @@ import pytest
 
 from dpsql.frontends.pgwire import codec
 from dpsql.frontends.pgwire import startup as startup_mod
-from dpsql.frontends.pgwire.auth import ScramClient
 from tests.proxy.conftest import PASSWORD, raw_connect, recv_all, start_proxy, wait_for
+from tests.proxy import wire
+from tests.proxy.wire import ScramClient
 from tests.proxy.wire import read_messages as _read_messages
 
 
@@ -38,14 +39,14 @@ def _fields(body: bytes) -> dict[str, str]:
 def login(port: int, user: str = "alice", version: int = codec.PROTOCOL_3, extra=None) -> socket.socket:
     """A raw connection through startup and SCRAM, up to the first ReadyForQuery."""
     s = raw_connect(port)
-    s.sendall(codec.startup_message({"user": user, "database": "test", **(extra or {})}, version))
+    s.sendall(wire.startup_message({"user": user, "database": "test", **(extra or {})}, version))
     msgs = _read_messages(s, until="R")
     assert msgs[-1][0] == "R" and msgs[-1][1][:4] == struct.pack("!i", 10)
     c = ScramClient(PASSWORD)
     first = c.first()
-    s.sendall(codec.frontend("p", b"SCRAM-SHA-256\0" + struct.pack("!i", len(first)) + first))
+    s.sendall(wire.frontend("p", b"SCRAM-SHA-256\0" + struct.pack("!i", len(first)) + first))
     cont = _read_messages(s, until="R")[-1][1]
-    s.sendall(codec.frontend("p", c.final(cont[4:])))
+    s.sendall(wire.frontend("p", c.final(cont[4:])))
     msgs = _read_messages(s)
     assert msgs[-1] == ("Z", b"I"), msgs
     assert c.verify(msgs[0][1][4:])
@@ -53,7 +54,7 @@ def login(port: int, user: str = "alice", version: int = codec.PROTOCOL_3, extra
 
 
 def query(sock: socket.socket, sql: str) -> list[tuple[str, bytes]]:
-    sock.sendall(codec.query_message(sql))
+    sock.sendall(wire.query_message(sql))
     return _read_messages(sock)
 
 
@@ -70,14 +71,14 @@ def test_raw_login_and_query(proxy):
     assert _fields(msgs[5][1])["M"].startswith("epsilon charged")
     msgs = query(s, "")
     assert [k for k, _ in msgs] == ["I", "Z"]
-    s.sendall(codec.frontend("X"))
+    s.sendall(wire.frontend("X"))
     assert recv_all(s) == b""
 
 
 def test_protocol_2_is_refused(proxy):
     s = raw_connect(proxy.port)
-    s.sendall(codec.startup_message({"user": "alice"}, version=2 << 16))
-    msgs = codec.parse_backend(recv_all(s))
+    s.sendall(wire.startup_message({"user": "alice"}, version=2 << 16))
+    msgs = wire.parse_backend(recv_all(s))
     assert msgs[0][0] == "E"
     f = _fields(msgs[0][1])
     assert f["C"] == "0A000" and "unsupported frontend protocol 2.0" in f["M"]
@@ -94,7 +95,7 @@ def test_garbage_before_startup(proxy, garbage):
     s = raw_connect(proxy.port)
     s.sendall(garbage)
     data = recv_all(s)
-    msgs = codec.parse_backend(data)
+    msgs = wire.parse_backend(data)
     assert msgs and msgs[0][0] == "E" and _fields(msgs[0][1])["C"] in ("08P01", "0A000")
     assert_serves(proxy)
 
@@ -113,14 +114,14 @@ def test_silent_client_times_out(strict):
     t0 = time.monotonic()
     data = recv_all(s, timeout=10)
     assert time.monotonic() - t0 < 5
-    msgs = codec.parse_backend(data)
+    msgs = wire.parse_backend(data)
     assert msgs and _fields(msgs[0][1])["M"].startswith("timeout")
 
 
 def test_oversized_message(strict):
     s = login(strict.port)
     s.sendall(b"Q" + struct.pack("!i", 100_000) + b"SELECT")
-    msgs = codec.parse_backend(recv_all(s))
+    msgs = wire.parse_backend(recv_all(s))
     f = _fields(msgs[0][1])
     assert f["S"] == "FATAL" and "exceeds the limit of 4096 bytes" in f["M"]
     assert_serves(strict)
@@ -128,17 +129,17 @@ def test_oversized_message(strict):
 
 def test_unknown_message_type(proxy):
     s = login(proxy.port)
-    s.sendall(codec.frontend("!", b"whatever"))
-    msgs = codec.parse_backend(recv_all(s))
+    s.sendall(wire.frontend("!", b"whatever"))
+    msgs = wire.parse_backend(recv_all(s))
     f = _fields(msgs[0][1])
     assert f["C"] == "08P01" and "invalid frontend message type" in f["M"]
 
 
 def test_malformed_message_keeps_the_connection(proxy):
     s = login(proxy.port)
-    s.sendall(codec.frontend("B", b"\0nope"))            # truncated Bind
-    s.sendall(codec.frontend("E", b"\0\0\0\0\0"))         # skipped: the extended protocol waits for Sync
-    s.sendall(codec.frontend("S"))
+    s.sendall(wire.frontend("B", b"\0nope"))            # truncated Bind
+    s.sendall(wire.frontend("E", b"\0\0\0\0\0"))         # skipped: the extended protocol waits for Sync
+    s.sendall(wire.frontend("S"))
     msgs = _read_messages(s)
     assert [k for k, _ in msgs] == ["E", "Z"] and _fields(msgs[0][1])["C"] == "08P01"
     assert [k for k, _ in query(s, "SHOW dpsql.epsilon")] == ["T", "D", "C", "Z"]
@@ -147,20 +148,20 @@ def test_malformed_message_keeps_the_connection(proxy):
 
 def test_extended_error_discards_until_sync(proxy):
     s = login(proxy.port)
-    s.sendall(codec.frontend("P", b"\0SELECT * FROM people\0\0\0")
-              + codec.frontend("B", b"\0\0\0\0\0\0\0\0")
-              + codec.frontend("D", b"P\0")
-              + codec.frontend("E", b"\0\0\0\0\0")
-              + codec.frontend("S"))
+    s.sendall(wire.frontend("P", b"\0SELECT * FROM people\0\0\0")
+              + wire.frontend("B", b"\0\0\0\0\0\0\0\0")
+              + wire.frontend("D", b"P\0")
+              + wire.frontend("E", b"\0\0\0\0\0")
+              + wire.frontend("S"))
     msgs = _read_messages(s)
     assert [k for k, _ in msgs] == ["1", "2", "E", "Z"]
     assert _fields(msgs[2][1])["C"] == "42501"
-    s.sendall(codec.frontend("P", b"s1\0SELECT COUNT(*) FROM people WHERE age > $1\0\0\x01\0\0\0\x17")
-              + codec.frontend("D", b"Ss1\0")
-              + codec.frontend("B", b"\0s1\0\0\x01\0\x01\0\x01\0\0\0\x04\0\0\0\x1e\0\x01\0\x01")
-              + codec.frontend("E", b"\0\0\0\0\0")
-              + codec.frontend("C", b"Ss1\0")
-              + codec.frontend("S"))
+    s.sendall(wire.frontend("P", b"s1\0SELECT COUNT(*) FROM people WHERE age > $1\0\0\x01\0\0\0\x17")
+              + wire.frontend("D", b"Ss1\0")
+              + wire.frontend("B", b"\0s1\0\0\x01\0\x01\0\x01\0\0\0\x04\0\0\0\x1e\0\x01\0\x01")
+              + wire.frontend("E", b"\0\0\0\0\0")
+              + wire.frontend("C", b"Ss1\0")
+              + wire.frontend("S"))
     msgs = _read_messages(s)
     assert [k for k, _ in msgs] == ["1", "t", "T", "2", "D", "N", "C", "3", "Z"]
     value = msgs[4][1][2 + 4:]
@@ -182,11 +183,11 @@ def test_abrupt_disconnects_leave_no_sessions(proxy):
     for i in range(50):
         if i % 3 == 0:
             s = raw_connect(proxy.port)                   # mid-startup
-            s.sendall(codec.startup_message({"user": "alice"})[:7])
+            s.sendall(wire.startup_message({"user": "alice"})[:7])
         else:
             s = login(proxy.port, f"user{i % 20}")        # after authentication, no Terminate
             if i % 3 == 2:
-                s.sendall(codec.query_message("SHOW dpsql.budget")[:9])   # mid-message
+                s.sendall(wire.query_message("SHOW dpsql.budget")[:9])   # mid-message
         s.close()
     # <= base: a session an earlier test left closing may close meanwhile; a loaded machine may
     # take a while to tear 50 connections down, hence the long wait for this eventual property.
@@ -196,16 +197,16 @@ def test_abrupt_disconnects_leave_no_sessions(proxy):
 
 def test_fuzz(proxy):
     rng = random.Random(1234)
-    valid = [codec.query_message("SHOW dpsql.epsilon"), codec.frontend("P", b"\0SELECT 1\0\0\0"),
-             codec.frontend("B", b"\0\0\0\0\0\0\0\0"), codec.frontend("E", b"\0\0\0\0\0"), codec.frontend("S"),
-             codec.frontend("D", b"S\0"), codec.frontend("H")]
+    valid = [wire.query_message("SHOW dpsql.epsilon"), wire.frontend("P", b"\0SELECT 1\0\0\0"),
+             wire.frontend("B", b"\0\0\0\0\0\0\0\0"), wire.frontend("E", b"\0\0\0\0\0"), wire.frontend("S"),
+             wire.frontend("D", b"S\0"), wire.frontend("H")]
     for i in range(60):
         after_login = i % 2 == 0
         s = login(proxy.port, f"user{i % 20}") if after_login else raw_connect(proxy.port)
         if i % 4 < 2:
             payload = rng.randbytes(rng.randint(1, 300))
         else:
-            msg = rng.choice(valid) if after_login else codec.startup_message({"user": "alice"})
+            msg = rng.choice(valid) if after_login else wire.startup_message({"user": "alice"})
             payload = msg[:rng.randint(1, len(msg))] + (rng.randbytes(rng.randint(0, 20)) if i % 3 else b"")
         try:
             s.sendall(payload)

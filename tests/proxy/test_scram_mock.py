@@ -15,12 +15,12 @@ import subprocess
 import sys
 import textwrap
 
-from dpsql.frontends.pgwire import codec
 from dpsql.frontends.pgwire.auth import make_verifier
 from dpsql.frontends.pgwire.server import ServerThread
 from dpsql.session import Backend
 from tests.conftest import policy_for
 from tests.proxy.conftest import raw_connect
+from tests.proxy import wire
 from tests.proxy.wire import read_messages as _read
 
 PASSWORD = "pw"
@@ -39,10 +39,10 @@ def server_first(port: int, user: str) -> dict[str, str]:
     """The attributes of the server-first message the server sends `user` (then hang up)."""
     s = raw_connect(port)
     try:
-        s.sendall(codec.startup_message({"user": user, "database": "test"}))
+        s.sendall(wire.startup_message({"user": user, "database": "test"}))
         _read(s, "R")
         first = b"n,,n=,r=abcdefghijklmnop"
-        s.sendall(codec.frontend("p", b"SCRAM-SHA-256\0" + struct.pack("!i", len(first)) + first))
+        s.sendall(wire.frontend("p", b"SCRAM-SHA-256\0" + struct.pack("!i", len(first)) + first))
         body = _read(s, "R")[-1][1]
         assert struct.unpack("!i", body[:4])[0] == 11          # AuthenticationSASLContinue
         return dict(part.split("=", 1) for part in body[4:].decode().split(","))

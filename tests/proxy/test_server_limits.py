@@ -20,8 +20,6 @@ import psycopg
 import pytest
 
 from dpsql.errors import QueryRejected
-from dpsql.frontends.pgwire import codec
-from dpsql.frontends.pgwire.auth import ScramClient
 from dpsql.frontends.pgwire.catalog_sql import classify
 from tests.proxy.conftest import (
     PASSWORD,
@@ -30,6 +28,8 @@ from tests.proxy.conftest import (
     start_proxy,
     wait_for,
 )
+from tests.proxy import wire
+from tests.proxy.wire import ScramClient
 from tests.proxy.wire import read_messages as _read
 
 FOREVER = ("SELECT count(*) FROM pg_attribute a, pg_attribute b, pg_attribute c, pg_attribute d, "
@@ -82,13 +82,13 @@ def sqlstate(err) -> str | None:
 
 def raw_login(port: int, user: str) -> socket.socket:
     s = raw_connect(port)
-    s.sendall(codec.startup_message({"user": user, "database": "test"}))
+    s.sendall(wire.startup_message({"user": user, "database": "test"}))
     _read(s, until="R")
     c = ScramClient(PASSWORD)
     first = c.first()
-    s.sendall(codec.frontend("p", b"SCRAM-SHA-256\0" + struct.pack("!i", len(first)) + first))
+    s.sendall(wire.frontend("p", b"SCRAM-SHA-256\0" + struct.pack("!i", len(first)) + first))
     cont = _read(s, until="R")[-1][1]
-    s.sendall(codec.frontend("p", c.final(cont[4:])))
+    s.sendall(wire.frontend("p", c.final(cont[4:])))
     assert _read(s)[-1] == ("Z", b"I")
     return s
 
@@ -208,7 +208,7 @@ def test_cancel_request_stops_a_catalog_query(limited):
 
 def test_disconnect_stops_a_catalog_query(limited):
     s = raw_login(limited.port, "user3")
-    s.sendall(codec.query_message(FOREVER))
+    s.sendall(wire.query_message(FOREVER))
     assert wait_for(lambda: running(limited, "user3") == 1, timeout=DEADLINE)
     s.close()
     assert wait_for(lambda: connected(limited, "user3") == 0, timeout=DEADLINE)
@@ -230,7 +230,7 @@ def test_disconnect_stops_a_private_query(people_db, tmp_path):
     p.backend.session = session
     try:
         s = raw_login(p.port, "slow")
-        s.sendall(codec.query_message("SELECT COUNT(*) FROM people"))
+        s.sendall(wire.query_message("SELECT COUNT(*) FROM people"))
         assert wait_for(lambda: engines and engines[0].running.is_set(), timeout=DEADLINE)
         s.close()
         assert wait_for(lambda: not engines[0].running.is_set() and connected(p, "slow") == 0, timeout=DEADLINE)
@@ -527,15 +527,15 @@ def _login_error(port: int, user: str, password: str = PASSWORD) -> dict[str, st
     """The ErrorResponse fields a SCRAM login gets (or {} if it is admitted)."""
     s = raw_connect(port)
     try:
-        s.sendall(codec.startup_message({"user": user, "database": "test"}))
+        s.sendall(wire.startup_message({"user": user, "database": "test"}))
         _read(s, until="R")
         c = ScramClient(password)
         first = c.first()
-        s.sendall(codec.frontend("p", b"SCRAM-SHA-256\0" + struct.pack("!i", len(first)) + first))
+        s.sendall(wire.frontend("p", b"SCRAM-SHA-256\0" + struct.pack("!i", len(first)) + first))
         msgs = _read(s, until="R")
         if msgs[-1][0] == "E":
             return _fields(msgs[-1][1])
-        s.sendall(codec.frontend("p", c.final(msgs[-1][1][4:])))
+        s.sendall(wire.frontend("p", c.final(msgs[-1][1][4:])))
         for kind, body in _read(s):
             if kind == "E":
                 return _fields(body)

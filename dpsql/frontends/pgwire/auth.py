@@ -307,30 +307,3 @@ def _attrs(s: str) -> dict[str, str]:
         if len(part) >= 2 and part[1] == "=":
             out.setdefault(part[0], part[2:])
     return out
-
-
-class ScramClient:
-    """The client side (for tests and the benchmark's own checks)."""
-
-    def __init__(self, password: str, *, nonce: str | None = None):
-        self.password = password
-        self.nonce = nonce or _b64(secrets.token_bytes(18))
-        self.first_bare = f"n=,r={self.nonce}"
-
-    def first(self) -> bytes:
-        return f"n,,{self.first_bare}".encode("ascii")
-
-    def final(self, server_first: bytes) -> bytes:
-        sf = server_first.decode("ascii")
-        a = _attrs(sf)
-        sp = salted_password(self.password, base64.b64decode(a["s"]), int(a["i"]))
-        ck = _hmac(sp, b"Client Key")
-        without = f"c=biws,r={a['r']}"
-        self.auth_message = f"{self.first_bare},{sf},{without}".encode()
-        sig = _hmac(_h(ck), self.auth_message)
-        self.server_key = _hmac(sp, b"Server Key")
-        return f"{without},p={_b64(bytes(x ^ y for x, y in zip(ck, sig)))}".encode("ascii")
-
-    def verify(self, server_final: bytes) -> bool:
-        expect = f"v={_b64(_hmac(self.server_key, self.auth_message))}".encode("ascii")
-        return hmac.compare_digest(server_final, expect)

@@ -14,7 +14,7 @@ import asyncio
 import logging
 
 from dpsql.errors import ProtocolViolation, QueryCanceled
-from dpsql.frontends.pgwire import codec
+from dpsql.frontends.pgwire import codec, values
 from dpsql.frontends.pgwire.handler import Handler
 from dpsql.frontends.pgwire.protocol import (
     DISCONNECT,
@@ -298,11 +298,11 @@ class Client:
         ans, start, stop = action.answer, action.start, action.stop
         spec = [(f.type_oid, f.format) for f in action.fields]
         if not ans.text_rows:
-            encode = codec.row_encoder(spec)
+            encode = values.row_encoder(spec)
         else:
             def encode(row):
                 return codec.data_row([v.encode("utf-8") if (v is not None and fmt == 0) else
-                                       codec.text_to_binary(v, oid) for v, (oid, fmt) in zip(row, spec)])
+                                       values.text_to_binary(v, oid) for v, (oid, fmt) in zip(row, spec)])
         if stop - start <= _SEND_BATCH:
             for row in ans.rows[start:stop]:
                 self.send(encode(row))

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from dpsql.errors import NotSupportedError, QueryRejected
-from dpsql.frontends.pgwire.codec import format_text
+from dpsql.frontends.pgwire.values import format_text
 from dpsql.sqltext import strip_comments
 
 _COPY = re.compile(r"(?is)^\s*copy\s*\((.*)\)\s*to\s+stdout\s*(.*?)\s*;?\s*$")

@@ -12,7 +12,6 @@ import logging
 from decimal import Decimal
 
 from dpsql.errors import InternalError
-from dpsql.frontends.pgwire import codec
 from dpsql.frontends.pgwire.protocol import Answer
 from dpsql.frontends.pgwire.statements import (
     DRIVER_SETTING_RE,
@@ -21,6 +20,7 @@ from dpsql.frontends.pgwire.statements import (
     transaction_tag,
 )
 from dpsql.frontends.pgwire.types import pg_type
+from dpsql.frontends.pgwire.values import FLOAT_OIDS, INT_OIDS, format_text
 from dpsql.sqltext import strip_comments
 
 log = logging.getLogger("dpsql.server")
@@ -126,13 +126,13 @@ def _mapping(params: list | None) -> dict | None:
 def _text_params(params: list | None) -> list[str | None] | None:
     if params is None:
         return None
-    return [None if p is None else codec.format_text(p) for p in params]
+    return [None if p is None else format_text(p) for p in params]
 
 
 def _dummy(oid: int) -> object:
-    if oid in codec.INT_OIDS:
+    if oid in INT_OIDS:
         return 0
-    if oid in codec.FLOAT_OIDS:
+    if oid in FLOAT_OIDS:
         return 0.0
     if oid == 1700:
         return Decimal(0)

@@ -49,6 +49,7 @@ from dpsql.frontends.pgwire.statements import (
     deallocated,
     discards_all,
 )
+from dpsql.frontends.pgwire.values import decode_param
 from dpsql.frontends.pgwire.types import infer_param_oids, named_params, param_count, strip_param_casts
 from dpsql.sqltext import only_comments, split_statements
 
@@ -432,7 +433,7 @@ class Connection:
             oid = oids[i]
             if fmt == 0 and oid in (25, 1043, 705):
                 oid = 0
-            out.append(codec.decode_param(raw, oid, fmt))
+            out.append(decode_param(raw, oid, fmt))
         return out
 
     def _describe_statement(self, name: str) -> _Flow:
