@@ -32,6 +32,7 @@ ANSWERS: dict[str, object] = {
     "SELECT secret FROM t": lambda: QueryRejected("a row-level query", "only aggregates are released"),
     "SET x = 1": Answer([], [], "SET", text_rows=True),
     "DEALLOCATE s1": Answer([], [], "DEALLOCATE", text_rows=True),
+    "DISCARD ALL": Answer([], [], "DISCARD ALL", text_rows=True),
     "": Answer([], [], "", empty=True),
 }
 
@@ -153,6 +154,10 @@ CASES = [
     ("unknown message type", [codec.Unknown("!", b"x"), Q("SELECT 1")], "E|", []),
     ("password message after login", [codec.Password(b"x")], "E|", []),
     ("terminate", [codec.Terminate(), Q("SELECT 1")], "|", []),
+    ("COPY (query) TO STDOUT", [Q("COPY (SELECT 1) TO STDOUT")], "HdcCZ", ["I"]),
+    ("COPY of a table is refused", [Q("COPY t TO STDOUT")], "EZ", ["I"]),
+    ("DISCARD ALL drops the named statements",
+     [P("SELECT 1", "s1"), S, Q("DISCARD ALL"), B("s1"), S], "1ZCZEZ", ["I", "I", "I"]),
     ("flush sends without ending the statement", [P("SELECT 1"), codec.Flush(), B(), E(), S], "12DCZ", ["I"]),
 ]
 

@@ -351,7 +351,7 @@ class Connection:
             else:
                 portal = self._portal(msg.name)
                 yield from self._execute_portal(portal)
-                fields = self._portal_fields(portal)
+                fields = _portal_fields(portal)
                 self._send(codec.row_description(fields) if fields else codec.NO_DATA)
         elif isinstance(msg, codec.Execute):
             yield from self._execute(msg)
@@ -375,7 +375,7 @@ class Connection:
             raise InvalidSqlStatementName(f'prepared statement "{msg.statement}" does not exist')
         if msg.portal and msg.portal in self.portals:
             raise DuplicateCursor(f'portal "{msg.portal}" already exists')
-        self.portals[msg.portal] = Portal(stmt, self._decode_params(stmt, msg), msg.result_formats)
+        self.portals[msg.portal] = Portal(stmt, _bind_values(stmt, msg, self._param_oids), msg.result_formats)
         self._send(codec.BIND_COMPLETE)
 
     def _execute(self, msg: codec.Execute) -> _Flow:
@@ -386,7 +386,7 @@ class Connection:
         if ans.empty:
             self._send(codec.EMPTY_QUERY)
             return
-        fields = self._portal_fields(portal)
+        fields = _portal_fields(portal)
         stop = len(ans.rows) if msg.max_rows <= 0 else min(len(ans.rows), portal.position + msg.max_rows)
         if stop > portal.position:
             yield SendRows(ans, fields, portal.position, stop)
@@ -414,28 +414,6 @@ class Connection:
             stmt.inferred = infer_param_oids(stmt.sql, stmt.param_oids, tables)
         return stmt.inferred
 
-    def _decode_params(self, stmt: Prepared, bind: codec.Bind) -> list:
-        n = len(bind.params)
-        fmts = bind.param_formats
-        if len(fmts) not in (0, 1, n):
-            raise ProtocolViolation(f"bind message has {len(fmts)} parameter formats but {n} parameters")
-        expected = max(param_count(stmt.sql), len(stmt.param_oids))
-        if n != expected:
-            raise ProtocolViolation(f"bind message supplies {n} parameters, but prepared statement "
-                                    f"\"{bind.statement}\" requires {expected}")
-        oids = stmt.param_oids + [0] * max(0, n - len(stmt.param_oids))
-        if any(o == 0 for o in oids[:n]):
-            inferred = self._param_oids(stmt)
-            oids = [o or (inferred[i] if i < len(inferred) else 0) for i, o in enumerate(oids)]
-        out = []
-        for i, raw in enumerate(bind.params):
-            fmt = fmts[0] if len(fmts) == 1 else (fmts[i] if fmts else 0)
-            oid = oids[i]
-            if fmt == 0 and oid in (25, 1043, 705):
-                oid = 0
-            out.append(decode_param(raw, oid, fmt))
-        return out
-
     def _describe_statement(self, name: str) -> _Flow:
         stmt = self.statements.get(name)
         if stmt is None:
@@ -451,11 +429,36 @@ class Connection:
             st = portal.statement
             portal.result = yield from self._run(st.sql, portal.params or None, st.session_sql)
 
-    @staticmethod
-    def _portal_fields(portal: Portal) -> list[codec.Field]:
-        ans = portal.result
-        assert ans is not None
-        n = len(ans.columns)
-        rf = portal.result_formats
-        fmts = [rf[0]] * n if len(rf) == 1 else (list(rf) if len(rf) == n else [0] * n)
-        return [codec.Field(name, oid, size, mod, fmt) for (name, oid, size, mod), fmt in zip(ans.columns, fmts)]
+
+def _bind_values(stmt: Prepared, bind: codec.Bind, infer: Callable[[Prepared], list[int]]) -> list:
+    """A Bind's parameters as Python values, each decoded by the type Parse declared or, if it
+    declared none, the type `infer` finds for it."""
+    n = len(bind.params)
+    fmts = bind.param_formats
+    if len(fmts) not in (0, 1, n):
+        raise ProtocolViolation(f"bind message has {len(fmts)} parameter formats but {n} parameters")
+    expected = max(param_count(stmt.sql), len(stmt.param_oids))
+    if n != expected:
+        raise ProtocolViolation(f"bind message supplies {n} parameters, but prepared statement "
+                                f"\"{bind.statement}\" requires {expected}")
+    oids = stmt.param_oids + [0] * max(0, n - len(stmt.param_oids))
+    if any(o == 0 for o in oids[:n]):
+        inferred = infer(stmt)
+        oids = [o or (inferred[i] if i < len(inferred) else 0) for i, o in enumerate(oids)]
+    out = []
+    for i, raw in enumerate(bind.params):
+        fmt = fmts[0] if len(fmts) == 1 else (fmts[i] if fmts else 0)
+        oid = oids[i]
+        if fmt == 0 and oid in (25, 1043, 705):
+            oid = 0
+        out.append(decode_param(raw, oid, fmt))
+    return out
+
+
+def _portal_fields(portal: Portal) -> list[codec.Field]:
+    ans = portal.result
+    assert ans is not None
+    n = len(ans.columns)
+    rf = portal.result_formats
+    fmts = [rf[0]] * n if len(rf) == 1 else (list(rf) if len(rf) == n else [0] * n)
+    return [codec.Field(name, oid, size, mod, fmt) for (name, oid, size, mod), fmt in zip(ans.columns, fmts)]
