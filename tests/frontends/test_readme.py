@@ -89,7 +89,7 @@ def test_gitignore_covers_test_leftovers():
 def test_readme_is_short_and_every_relative_link_resolves():
     assert len(README.splitlines()) < 400
     for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
-        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
+        for target in re.findall(r"\]\(([\w./-]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
             if "://" in target:
                 continue
             assert (page.parent / target).exists(), (page.name, target)
