@@ -301,7 +301,7 @@ QUERIES: tuple[Query, ...] = (
 # Sums are exact BIGINT micro-units (a clamped DOUBLE times 10^6, rounded by the cast: monotone, so the
 # clamped value stays within the scaled bounds), summed across units as PostgreSQL's SUM(BIGINT)
 # (NUMERIC result, 128-bit accumulator). Analyst WHERE clauses are pushed into WHERE, as in the DuckDB
-# floors (dpsql evaluates them as a per-row FILTER flag, which never drops a unit: README "timing").
+# floors (dpsql evaluates them as a per-row FILTER flag, which never drops a unit: docs/PRIVACY.md, "What dpsql defends against").
 PG_ORDER = 'hashtextextended({key} COLLATE pg_catalog."C", CAST(person_id AS BIGINT) # %(salt)s), {key}'
 INCOME_MICRO = f"CAST({INCOME} * 1000000 AS BIGINT)"
 COST_MICRO = f"CAST({COST} * 1000000 AS BIGINT)"
@@ -459,7 +459,7 @@ def bench_policy(ledger: Path) -> dict[str, Any]:
 
     The answer cache is off (every timed run repeats its query: a cache would answer all but the
     first without running anything), and so is the release timing of [timing] (a policy's choice of
-    latency, not work: README "What dpsql defends against")."""
+    latency, not work: docs/PRIVACY.md, "What dpsql defends against")."""
     pol = datagen.demo_policy(ledger=str(ledger), epsilon=1e9)
     pol["reconstruction"] = {"cache_lifetime": 0}
     pol["timing"] = {"quantum": 0, "floor": 0}

@@ -15,7 +15,7 @@ targets through a tiny adapter (`Target.ask(sql) -> float | None`):
          class); once refused the attack keeps sending until its list is done and then decodes
          from what it got.
 
-Attacks (see /work/shared/REFERENCES.md):
+Attacks (the papers are cited in docs/PRIVACY.md, "Reconstruction attacks"):
   dn-in, dn-or  Dinur & Nissim, "Revealing information while preserving privacy", PODS 2003:
                 m = 4n random subset sums (each person in with probability 1/2), as an IN list
                 or as an OR chain of equalities, decoded by the LP

@@ -7,7 +7,7 @@ the noise per released row (dpsql.postprocess.simulated_half_widths): for result
 and 5,000 rows (the last with draws_for's fewer draws), the best of --repeat timings of each,
 milliseconds. --compare times another checkout's postprocess.py in the same run, interleaved, and
 checks that both give the same widths. Run it under the environment you care about: glibc's
-allocator settings change the result (`dpsql serve` sets them: limits.tune_allocator; the README
+allocator settings change the result (`dpsql serve` sets them: limits.tune_allocator; docs/PROXY.md
 names the environment variables that do the same in-process).
 """
 from __future__ import annotations

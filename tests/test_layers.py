@@ -1,4 +1,4 @@
-"""The layering rule of shared/DESIGN.md, checked on the import statements.
+"""The layering rule of docs/ARCHITECTURE.md, checked on the import statements.
 
 errors <- policy <- analysis <- rewrite <- session <- frontends; engines, noise, ledger, guard,
 postprocess sit beside and only session imports them; noise and ledger import no

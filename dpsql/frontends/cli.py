@@ -16,8 +16,11 @@ Front ends talk only to a Session (and the error classes).
 """
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -25,9 +28,14 @@ import click
 
 from dpsql import errors
 from dpsql.admin import check_policy, data_dir, spending_report
+from dpsql.frontends.pgwire.auth import make_verifier
+from dpsql.frontends.pgwire.limits import tune_allocator
+from dpsql.frontends.pgwire.server import Server
+from dpsql.frontends.pgwire.workers import Supervisor, WorkerFailed
 from dpsql.frontends.render import caret, render_csv, render_json, render_table
 from dpsql.frontends.script import run_script
-from dpsql.session import Result, Session
+from dpsql.session import Backend, Result, Session
+from dpsql.starter import database_starter_policy, is_file, starter_policy, table_name
 
 _FORMAT = click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
                        show_default=True, help="Output format.")
@@ -98,13 +106,6 @@ def init(target: str, tables: tuple[str, ...], output: str | None, force: bool) 
     guessed from the values. Uncomment one privacy_unit line per table and the columns analysts
     may use, then run `dpsql policy check`.
     """
-    from dpsql.starter import (
-        database_starter_policy,
-        is_file,
-        starter_policy,
-        table_name,
-    )
-
     file_target = is_file(target)
     if file_target and tables:
         raise click.UsageError("--table is for databases; a file is one table, named after the file")
@@ -202,9 +203,9 @@ def repl(target: str | None, policy: str | None, analyst: str | None, history: s
         with Session.open(target, policy, analyst) as session:
             if interactive:
                 try:
-                    from dpsql.frontends import (
-                        repl as interactive_repl,  # lazy: prompt_toolkit
-                    )
+                    # lazy: importing prompt_toolkit would slow every `dpsql query` by its import
+                    # time (tests/frontends/test_cli.py checks that the CLI imports neither)
+                    from dpsql.frontends import repl as interactive_repl
                 except ImportError as err:
                     raise click.ClickException(f"the interactive prompt is not available ({err}); "
                                                "pipe a script instead: dpsql repl < script.sql") from None
@@ -338,34 +339,51 @@ def serve(target: str | None, policy: str | None, listen: str, max_message_bytes
     TARGET is a DuckDB file (or duckdb:///path), a .csv or .parquet file (a table named by its
     stem), a postgresql:// URL or a spark:// URL.
     """
-    import asyncio
-    import logging
-    import signal
-
-    from dpsql.frontends.pgwire.limits import tune_allocator
-    from dpsql.frontends.pgwire.server import Server
-    from dpsql.session import Backend
-
     if target is not None and policy is None:
         raise click.UsageError("with --backend, give --policy")
+    host, port = _listen_address(listen)
+    demo = target is None and policy is None
+    _check_workers(workers, target)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    backend = _serving_backend(target, policy, demo)
+    auth = "trust" if demo else None
+    tune_allocator()
+    if workers > 1:
+        _serve_workers(backend, demo, auth, host, port, listen, workers, max_message_bytes, startup_timeout)
+        return
+    try:
+        asyncio.run(_serve_one(backend, demo, auth, host, port, listen, max_message_bytes, startup_timeout))
+    finally:
+        backend.close()
+
+
+def _listen_address(listen: str) -> tuple[str, int]:
+    """--listen HOST:PORT -> (host, port); an IPv6 host may be bracketed."""
     host, _, port_text = listen.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise click.UsageError("--listen takes HOST:PORT, e.g. 127.0.0.1:6432")
-    demo = target is None and policy is None
+    return host, int(port_text)
+
+
+def _check_workers(workers: int, target: str | None) -> None:
+    """--workers above 1 needs Linux and a DuckDB or PostgreSQL backend."""
     if workers > 1 and not sys.platform.startswith("linux"):
         raise click.UsageError("--workers above 1 needs Linux (it hands connections to the processes over "
                                "SOCK_SEQPACKET sockets); serve with one process here")
     if workers > 1 and (target or "").lower().startswith("spark://"):
         raise click.UsageError("--workers above 1 is for DuckDB and PostgreSQL backends: each process would "
                                "start its own Spark driver; serve Spark with one process")
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+def _serving_backend(target: str | None, policy: str | None, demo: bool) -> Backend:
+    """Open the backend; refuse a policy under which nobody could log in (no analyst has a
+    password and [server] auth is not "trust"). The demo is served with trust on loopback."""
     try:
         backend = Backend(target, policy)
     except errors.Error as err:
         raise _fail(err) from None
-    auth = "trust" if demo else None
     if not demo and backend.policy.server.auth != "trust" and \
             not any(a.password for a in backend.policy.analysts.values()):
         backend.close()
@@ -376,38 +394,32 @@ def serve(target: str | None, policy: str | None, listen: str, max_message_bytes
             "([analysts.alice] password = \"SCRAM-SHA-256$...\");\n"
             "or, for a demo on this machine only, add\n  [server]\n  auth = \"trust\"\n"
             "to the policy: any user name is then admitted as that analyst, from loopback clients only.")
-    tune_allocator()
-    if workers > 1:
-        _serve_workers(backend, demo, auth, host, int(port_text), listen, workers, max_message_bytes,
-                       startup_timeout)
-        return
+    return backend
 
-    async def main() -> None:
-        try:
-            server = Server(backend, host=host, port=int(port_text), auth=auth,
-                            max_message_bytes=max_message_bytes, startup_timeout=startup_timeout)
-        except (OSError, ValueError) as err:      # an unreadable TLS certificate or key
-            raise click.ClickException(f"cannot set up the server: {err}") from None
-        try:
-            await server.start()
-        except OSError as err:
-            raise click.ClickException(f"cannot listen on {listen}: {err.strerror or err}") from None
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(sig, stop.set)
-            except (NotImplementedError, RuntimeError):
-                pass
-        _serving_line(backend, demo, host, server.port, server.auth, server.ssl_context is not None)
-        await stop.wait()
-        click.echo("dpsql: shutting down", err=True)
-        await server.close()
 
+async def _serve_one(backend: Backend, demo: bool, auth: str | None, host: str, port: int, listen: str,
+                     max_message_bytes: int | None, startup_timeout: float) -> None:
+    """`dpsql serve` in this process: listen until SIGINT or SIGTERM, then close the server."""
     try:
-        asyncio.run(main())
-    finally:
-        backend.close()
+        server = Server(backend, host=host, port=port, auth=auth,
+                        max_message_bytes=max_message_bytes, startup_timeout=startup_timeout)
+    except (OSError, ValueError) as err:      # an unreadable TLS certificate or key
+        raise click.ClickException(f"cannot set up the server: {err}") from None
+    try:
+        await server.start()
+    except OSError as err:
+        raise click.ClickException(f"cannot listen on {listen}: {err.strerror or err}") from None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    _serving_line(backend, demo, host, server.port, server.auth, server.ssl_context is not None)
+    await stop.wait()
+    click.echo("dpsql: shutting down", err=True)
+    await server.close()
 
 
 def _serving_line(backend, demo: bool, host: str, port: int, auth: str, tls: bool, workers: int = 1) -> None:
@@ -424,8 +436,6 @@ def _serve_workers(backend, demo: bool, auth: str | None, host: str, port: int, 
                    max_message_bytes: int | None, startup_timeout: float) -> None:
     """`dpsql serve --workers N`: the supervisor (dpsql.frontends.pgwire.workers). The Backend
     opened above has checked the target and the policy; each worker opens its own."""
-    from dpsql.frontends.pgwire.workers import Supervisor, WorkerFailed
-
     target, server_policy, source = str(backend.target), backend.policy.server, backend.policy.source
     backend.close()
     config = {"target": target, "policy": str(Path(source).resolve()), "auth": auth,
@@ -467,8 +477,6 @@ def passwd(name: str, password_stdin: bool, iterations: int) -> None:
 
     The server stores only the verifier; it cannot recover the password from it.
     """
-    from dpsql.frontends.pgwire.auth import make_verifier
-
     if not re.fullmatch(r"[\w.@+-]{1,128}", name):
         raise click.UsageError("an analyst name has 1-128 letters, digits or . _ @ + -")
     if password_stdin:

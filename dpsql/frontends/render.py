@@ -111,20 +111,3 @@ def render_json(result: Result) -> str:
         if result.spending.rho_remaining is not None:
             doc["rho_remaining"] = result.spending.rho_remaining
     return json.dumps(doc, indent=2, default=str)
-
-
-def rich_table(result: Result, border: int = 1):
-    """A rich Table for terminals: numbers right-aligned, noisy values as `1204 ±27`; border 0
-    (rules under the header only), 1 (and between columns: the default) or 2 (and a frame)."""
-    from rich import box
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(show_header=True, header_style="bold", show_edge=border == 2, pad_edge=border == 2,
-                  box=box.SIMPLE_HEAD if border == 0 else box.HEAVY_HEAD)
-    numeric = [t == "number" for t in result.types] or [False] * len(result.columns)
-    for i, name in enumerate(result.columns):
-        table.add_column(Text(name), justify="right" if numeric[i] else "left", no_wrap=(i == 0))
-    for row, widths in zip(result.rows, result.half_widths or [None] * len(result.rows)):
-        table.add_row(*[Text(format_value(v, hw)) for v, hw in zip(row, widths or (None,) * len(row))])
-    return table

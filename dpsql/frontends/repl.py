@@ -12,9 +12,22 @@ import sys
 import threading
 from collections.abc import Callable, Iterable
 
+from prompt_toolkit import PromptSession
+from prompt_toolkit.completion import Completer, Completion
+from prompt_toolkit.history import FileHistory, InMemoryHistory
+from prompt_toolkit.key_binding import KeyBindings
+from prompt_toolkit.lexers import PygmentsLexer
+from prompt_toolkit.output.defaults import create_output
+from pygments.lexers.sql import SqlLexer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
 from dpsql import errors
-from dpsql.frontends.commands import META, Meta, Shell, is_meta_line, parse_meta
-from dpsql.frontends.render import caret, render_expanded, render_table, rich_table
+from dpsql.frontends.commands import Shell
+from dpsql.frontends.meta import META, Meta, is_meta_line, parse_meta
+from dpsql.frontends.render import caret, format_value, render_expanded, render_table
 from dpsql.session import Result, Session
 from dpsql.sqltext import only_comments, split_statements
 
@@ -141,8 +154,6 @@ def candidates(text_before_cursor: str, tables: Iterable[str], columns: Iterable
 
 
 def _completer(session: Session):
-    from prompt_toolkit.completion import Completer, Completion
-
     tables, columns = completion_words(session)
     schema = completion_schema(session)
 
@@ -168,8 +179,6 @@ class _Repl(Shell):
 
     # output
     def error(self, err: BaseException, sql: str | None = None) -> None:
-        from rich.text import Text
-
         if isinstance(err, errors.Error):
             self.console.print(Text(f"ERROR: {err} [{err.sqlstate}]", style="bold red"))
             if (pointer := caret(sql or "", err.position)) is not None:
@@ -180,8 +189,6 @@ class _Repl(Shell):
             self.console.print(Text(f"internal error: {type(err).__name__}: {err}", style="bold red"))
 
     def info(self, text: str, style: str = "dim") -> None:
-        from rich.text import Text
-
         self.console.print(Text(text, style=style))
 
     def write_raw(self, text: str) -> None:
@@ -195,8 +202,6 @@ class _Repl(Shell):
         return max(30, self.console.width - 1)
 
     def show(self, result: Result) -> None:
-        from rich.text import Text
-
         if self.output is not None:                   # \o FILE: results as text, messages here
             if result.columns or result.kind not in ("set", "empty"):
                 self.output.write(self.text_of(result) + "\n\n")
@@ -293,12 +298,22 @@ class _Repl(Shell):
         return True
 
 
+def rich_table(result: Result, border: int = 1):
+    """A rich Table for terminals: numbers right-aligned, noisy values as `1204 ±27`; border 0
+    (rules under the header only), 1 (and between columns: the default) or 2 (and a frame)."""
+    table = Table(show_header=True, header_style="bold", show_edge=border == 2, pad_edge=border == 2,
+                  box=box.SIMPLE_HEAD if border == 0 else box.HEAVY_HEAD)
+    numeric = [t == "number" for t in result.types] or [False] * len(result.columns)
+    for i, name in enumerate(result.columns):
+        table.add_column(Text(name), justify="right" if numeric[i] else "left", no_wrap=(i == 0))
+    for row, widths in zip(result.rows, result.half_widths or [None] * len(result.rows)):
+        table.add_row(*[Text(format_value(v, hw)) for v, hw in zip(row, widths or (None,) * len(row))])
+    return table
+
+
 def _expanded(result: Result):
     """One block per row, one line per non-NULL field (like psql's \\x): for wide results
     such as EXPLAIN DP, whose detail column is long text."""
-    from rich.table import Table
-    from rich.text import Text
-
     table = Table(show_header=False, show_edge=False, pad_edge=False, box=None)
     table.add_column("field", style="bold", no_wrap=True)
     table.add_column("value", overflow="fold")
@@ -311,8 +326,6 @@ def _expanded(result: Result):
 
 
 def _key_bindings():
-    from prompt_toolkit.key_binding import KeyBindings
-
     kb = KeyBindings()
 
     @kb.add("enter")
@@ -337,13 +350,6 @@ def run(session: Session, *, history: pathlib.Path | None = None, input=None, ou
     `input` is a prompt_toolkit Input (default: the terminal); `output` a text stream
     (default: stdout) that both the prompt and the results are written to.
     """
-    from prompt_toolkit import PromptSession
-    from prompt_toolkit.history import FileHistory, InMemoryHistory
-    from prompt_toolkit.lexers import PygmentsLexer
-    from prompt_toolkit.output.defaults import create_output
-    from pygments.lexers.sql import SqlLexer
-    from rich.console import Console
-
     stream = output if output is not None else sys.stdout
     console = Console(file=stream, highlight=False)
     if history is not None:

@@ -1,7 +1,7 @@
 """Script mode: run a file of statements through one Session, as `dpsql repl < script.sql` does.
 
 Statements end with ';' outside quotes and comments. Meta-commands stand on their own line and
-are the interactive prompt's (dpsql.frontends.commands): \\budget, \\policy, \\d [NAME], \\dt,
+are the interactive prompt's (dpsql.frontends.commands; parsed in dpsql.frontends.meta): \\budget, \\policy, \\d [NAME], \\dt,
 \\explain Q, \\epsilon X, \\rho X, \\delta X, \\mechanism M, \\x, \\pset, \\o FILE, \\i FILE,
 \\copy (Q) TO FILE, \\timing, \\chart, \\help, \\q; also `quit`, `exit` and `help` alone on a
 line, DuckDB's .tables and .schema, and the statements SHOW TABLES and DESCRIBE t. Only \\e is
@@ -13,68 +13,13 @@ with the next statement. The exit status is 1 if any statement failed, else 0.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TextIO
 
 from dpsql import errors
-from dpsql.frontends.commands import Shell, is_meta_line
+from dpsql.frontends.commands import Shell
+from dpsql.frontends.meta import Statement, split_script
 from dpsql.frontends.render import caret, render_csv, render_json, render_table
 from dpsql.session import Result, Session
-from dpsql.sqltext import skip
-
-
-@dataclass(frozen=True, slots=True)
-class Statement:
-    """One piece of a script: SQL text (without the ';') or a meta-command line."""
-    line: int          # 1-based line where it starts
-    text: str
-    meta: bool = False
-
-
-def split_script(text: str) -> list[Statement]:
-    """Split a script on ';' outside quotes and comments; meta-command lines stand alone.
-
-    Quotes: '...' (with '' inside), "...", and $tag$...$tag$. Comments: -- to end of line and
-    /* ... */. A piece holding nothing but whitespace and comments is dropped.
-    """
-    out: list[Statement] = []
-    buf: list[str] = []
-    content = False            # the current piece has something besides space and comments
-    start = 1
-    line = 1
-    i, n = 0, len(text)
-
-    def flush() -> None:
-        nonlocal buf, content
-        if content:
-            out.append(Statement(start, "".join(buf).strip()))
-        buf, content = [], False
-
-    while i < n:
-        ch = text[i]
-        at_line_start = i == 0 or text[i - 1] == "\n"
-        if not content and at_line_start and is_meta_line(text[i:_line_end(text, i)]):
-            end = _line_end(text, i)
-            flush()
-            out.append(Statement(line, text[i:end].strip(), meta=True))
-            i = end
-            continue
-        if not content and not ch.isspace() and not text.startswith(("--", "/*"), i):
-            content, start = True, line
-        kind, end, _ = skip(text, i)
-        if kind == "code" and ch == ";":
-            flush()
-        else:
-            buf.append(text[i:end])
-        line += text.count("\n", i, end)
-        i = end
-    flush()
-    return out
-
-
-def _line_end(text: str, i: int) -> int:
-    end = text.find("\n", i)
-    return len(text) if end == -1 else end
 
 
 def format_error(err: errors.Error, pointer: str | None = None) -> str:

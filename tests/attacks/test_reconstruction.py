@@ -33,7 +33,7 @@ def test_dinur_nissim_reconstructs_raw_duckdb(rc, tmp_path):
 
 def expected_subset_answers(masks) -> int:
     """How many of a series of subset queries the default cap lets through, derived from the rule in
-    the README (a series stops once its answers reach auto_cap(identity values named so far, this
+    docs/PRIVACY.md (a series stops once its answers reach auto_cap(identity values named so far, this
     query's included); refused queries add nothing)."""
     named: set[int] = set()
     answered = 0

@@ -159,7 +159,7 @@ def test_the_rewrite_leaves_nothing_to_statistics(db, tmp_path):
     empty result decided from statistics (no row read), and its filter is pushed into the scan
     (zone maps); dpsql's rewrite reads every row of the table and evaluates the condition per row,
     in the aggregation, whatever X is. (What remains is per-row work that differs in microseconds,
-    the residual the release timing hides; see the README's threat model.)"""
+    the residual the release timing hides; see docs/SECURITY.md.)"""
     from dpsql.rewrite import to_sql
     top = PEOPLE // 2 - 1
     conn = dpsql.connect(db, policy=_policy(tmp_path), analyst="mallory")

@@ -163,7 +163,7 @@ def test_query_does_not_import_the_repl():
 
 
 def test_split_script():
-    from dpsql.frontends.script import split_script
+    from dpsql.frontends.meta import split_script
     text = ("SELECT ';' AS a FROM t; -- a ; in a comment\n/* ; */\n\\budget\n"
             "SELECT \"x;y\" FROM t\n;\n  \\explain SELECT 1;\nSELECT $$;$$")
     parts = split_script(text)

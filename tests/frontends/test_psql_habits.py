@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from dpsql.frontends import repl
 from dpsql.frontends.cli import cli
-from dpsql.frontends.commands import (
+from dpsql.frontends.meta import (
     catalog_statement,
     is_meta_line,
     parse_copy,

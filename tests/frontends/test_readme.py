@@ -1,5 +1,5 @@
-"""The README's first steps run as written on a fresh machine, its policy example validates against
-the demo, every command's --help names every target kind, and .gitignore covers test leftovers."""
+"""The README's first steps run as written on a fresh machine, the policy example of docs/POLICY.md
+validates against the demo, every command's --help names every target kind, and .gitignore covers test leftovers."""
 from __future__ import annotations
 
 import os
@@ -15,11 +15,12 @@ from dpsql.frontends.cli import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+POLICY = (ROOT / "docs" / "POLICY.md").read_text(encoding="utf-8")
 
 
-def _block(after: str, lang: str) -> str:
-    start = README.index(after)
-    m = re.compile(rf"^```{lang}\n(.*?)^```", re.MULTILINE | re.DOTALL).search(README, start)
+def _block(after: str, lang: str, text: str = README) -> str:
+    start = text.index(after)
+    m = re.compile(rf"^```{lang}\n(.*?)^```", re.MULTILINE | re.DOTALL).search(text, start)
     return m.group(1)
 
 
@@ -31,7 +32,7 @@ def test_install_names_the_python_version_and_the_virtualenv_before_the_commands
 
 
 def test_quick_start_runs_as_written(tmp_path):
-    code = _block("## Quick start", "python")
+    code = _block("### 2. Quick start", "python")
     env = {**os.environ, "DPSQL_HOME": str(tmp_path / "home"),
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     r = subprocess.run([sys.executable, "-c", code], check=False, cwd=tmp_path, env=env, capture_output=True, text=True,
@@ -42,7 +43,7 @@ def test_quick_start_runs_as_written(tmp_path):
 
 def test_own_data_steps_match_the_commands(tmp_path, monkeypatch):
     import duckdb
-    steps = _block("### Your own data in one step", "sh")
+    steps = _block("### 5. Your own data in one step", "sh")
     assert "dpsql init people.csv" in steps and "dpsql policy check people.toml --database people.csv" in steps
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("DPSQL_HOME", str(tmp_path / "home"))
@@ -67,7 +68,7 @@ def test_policy_example_validates_against_the_demo(tmp_path, monkeypatch):
     from dpsql.session import Session
     db, _, _ = Session.demo()
     pol = tmp_path / "policy.toml"
-    pol.write_text(_block("## The policy", "toml"))
+    pol.write_text(_block("## The policy", "toml", POLICY))
     r = CliRunner().invoke(cli, ["policy", "check", str(pol), "--database", str(db)])
     assert r.exit_code == 0, r.output
 
@@ -83,3 +84,12 @@ def test_gitignore_covers_test_leftovers():
     ignored = (ROOT / ".gitignore").read_text().split()
     for pattern in ("spark-warehouse/", "metastore_db/", "derby.log", ".pytest_cache/", ".hypothesis/"):
         assert pattern in ignored
+
+
+def test_readme_is_short_and_every_relative_link_resolves():
+    assert len(README.splitlines()) < 400
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([\w./-]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
+            if "://" in target:
+                continue
+            assert (page.parent / target).exists(), (page.name, target)

@@ -196,7 +196,7 @@ def check_value(case: Case, rel: Release, target: Target) -> list[Mismatch]:
                                f"{rel.plan.selection.threshold}"))
     if rel.plan.selection is None:
         # a public domain releases exactly its values: rows whose key is NULL fall in no released
-        # group (dpsql's documented rule, README "What you can ask"), so no NULL group is expected
+        # group (dpsql's documented rule, docs/SQL.md), so no NULL group is expected
         expected = {k for k in expected if None not in k}
     missing = expected - set(got)
     if case.limit is None:
