@@ -21,13 +21,19 @@ as a filter the engine could decide from statistics, like the query's own WHERE.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
-from dpsql.analysis.bind import Catalog, _resolve_in, bind
-from dpsql.analysis.predicates import Predicates, same_type, tracking
+from dpsql.analysis.predicates import Predicates
 from dpsql.analysis.relation import Relation, SemiJoin
+from dpsql.analysis.scope import resolve_in
+from dpsql.analysis.sql import and_all, conjuncts
+from dpsql.analysis.sqltypes import same_type, tracking
 from dpsql.errors import QueryRejected
+
+if TYPE_CHECKING:
+    from dpsql.analysis.bind import Catalog
 
 
 class SemiJoins:
@@ -44,7 +50,7 @@ class SemiJoins:
             outer = node.this
             if not isinstance(outer, exp.Column):
                 raise QueryRejected("IN (SELECT ...) on an expression", "test the privacy unit: unit IN (SELECT ...)")
-            oref, oinfo = _resolve_in(list(self.rel.instances), outer)
+            oref, oinfo = resolve_in(list(self.rel.instances), outer)
             sub = node.args["query"]
             inner = sub.this if isinstance(sub, exp.Subquery) else sub
             self._plain(inner)
@@ -57,10 +63,10 @@ class SemiJoins:
                 raise QueryRejected("a correlated IN subquery", "IN (SELECT ...) must not refer to the outer query",
                                     "use EXISTS with the unit equality, or no correlation")
             extra: list[exp.Expression] = []
-            rel = bind(inner, self.cat, where_conjuncts=extra)
+            rel = self.cat.bind(inner, where_conjuncts=extra)
             if not isinstance(col, exp.Column):
                 raise QueryRejected("IN (SELECT expression ...)", "select the privacy unit")
-            iref, iinfo = _resolve_in(list(rel.instances), col)
+            iref, iinfo = resolve_in(list(rel.instances), col)
             # NOT IN: a row whose unit is NULL, or whose link points nowhere, belongs to nobody and
             # is left out here as everywhere (bind: not_null_unit, the link's INNER join), so the
             # subquery never holds a NULL: NOT IN is NOT EXISTS, whatever the engine's NULLs
@@ -73,7 +79,7 @@ class SemiJoins:
             self._plain(inner)
             conds, correlated = self._split(inner, outer_aliases)
             extra = []
-            rel = bind(inner, self.cat, where_conjuncts=extra)
+            rel = self.cat.bind(inner, where_conjuncts=extra)
             if len(correlated) != 1:
                 raise QueryRejected("this EXISTS subquery", "it must be correlated by exactly one equality of the "
                                     "inner and outer privacy units (inner.unit = outer.unit), and by nothing else")
@@ -84,21 +90,19 @@ class SemiJoins:
             o, i = (sides[0], sides[1]) if sides[0].table in outer_aliases else (sides[1], sides[0])
             if o.table not in outer_aliases or i.table in outer_aliases:
                 raise QueryRejected("this EXISTS correlation", "correlate by inner.unit = outer.unit only")
-            oref, oinfo = _resolve_in(list(self.rel.instances), o)
-            iref, iinfo = _resolve_in(list(rel.instances), i)
+            oref, oinfo = resolve_in(list(self.rel.instances), o)
+            iref, iinfo = resolve_in(list(rel.instances), i)
             key = self._units(oref, oinfo, iref, iinfo, rel)
         else:
             raise QueryRejected("this subquery", "not part of the accepted subset")
         pred = None
         if conds:
-            from dpsql.analysis.bind import _and_all
             nested = SemiJoins(rel, self.cat)
-            check = Predicates(tracking(lambda c, w: _resolve_in(list(rel.instances), c)), self.cat.dialect, nested.handle)
-            pred = check.check(_and_all(conds))
+            check = Predicates(tracking(lambda c, w: resolve_in(list(rel.instances), c)), self.cat.dialect, nested.handle)
+            pred = check.check(and_all(conds))
             rel = nested.attach(rel)
         if extra:
-            from dpsql.analysis.bind import _and_all
-            pred = _and_all(([pred] if pred is not None else []) + extra)
+            pred = and_all(([pred] if pred is not None else []) + extra)
         name = self.cat.fresh("_s")
         self.found.append(SemiJoin(name, rel, pred, oref, key))
         flag = exp.Coalesce(this=exp.column("_in", table=name), expressions=[exp.Literal.number(0)])
@@ -122,8 +126,7 @@ class SemiJoins:
         where = inner.args.get("where")
         own, corr = [], []
         if where is not None:
-            from dpsql.analysis.bind import _conjuncts
-            for c in _conjuncts(where.this):
+            for c in conjuncts(where.this):
                 (corr if any(col.table in outer for col in c.find_all(exp.Column)) else own).append(c)
         for item in inner.expressions:
             if any(col.table in outer for col in item.find_all(exp.Column)):
