@@ -11,6 +11,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlglot import exp
+from sqlglot.errors import SqlglotError
+
+
+def read_type(name: str) -> exp.DataType | None:
+    """An engine's type name as sqlglot reads it, or None where sqlglot cannot read it. Read in
+    DuckDB's dialect, which reads the names all three engines report alike: DuckDB's own (UBIGINT,
+    HUGEINT, TIMESTAMP_NS), PostgreSQL's format_type (character varying(10), int8, timestamp with
+    time zone, numeric(12,2)) and the names dpsql gives Spark's types (dpsql.engines.spark); the
+    default dialect would read PostgreSQL's int8 as an 8-bit integer."""
+    try:
+        return exp.DataType.build(name, dialect="duckdb")
+    except (SqlglotError, ValueError):
+        return None
 
 
 def _duckdb_hash(values: list[exp.Expression], types: list[str] | None, salt: exp.Expression) -> exp.Expression:
@@ -21,6 +34,11 @@ def _duckdb_hash(values: list[exp.Expression], types: list[str] | None, salt: ex
 # each has an extended hash function that is total (NaN, infinities, -0.0 and 0.0, any text), and
 # none is collatable. Names as format_type and dpsql's own expressions spell them. A name not
 # listed (a domain, an enum, an array, json, ...) takes the text form below.
+# These stay name patterns, not read_type: the choice of a hash function is a claim about the
+# value's PostgreSQL type, and only format_type's exact spellings make it. sqlglot reads more
+# spellings as the same types (DOUBLE and FLOAT as double precision, for one), among them
+# names dpsql gives columns whose PostgreSQL type it does not know for certain (a per-unit
+# average is "DOUBLE"), which must keep the text form that is total on every type.
 _PG_HASHABLE = re.compile(r"smallint|integer|bigint|int|int[248]|boolean|bool|real|double precision|float[48]"
                           r"|(numeric|decimal)(\(\d+(,\s*-?\d+)?\))?|date|uuid"
                           r"|timestamp(\(\d\))?( without time zone)?")

@@ -86,7 +86,8 @@ class Catalog:
 
     def bind(self, sel: exp.Select, *, where_conjuncts: list[exp.Expression] | None = None) -> Relation:
         """bind(sel, self): how the subqueries bound inside a query (per-unit subqueries, semi-joins:
-        dpsql.analysis.per_unit, dpsql.analysis.semijoin) reach binding, through the catalog they are given."""
+        dpsql.analysis.per_unit, dpsql.analysis.semijoin) reach binding, through the catalog they
+        are given."""
         return bind(sel, self, where_conjuncts=where_conjuncts)
 
 

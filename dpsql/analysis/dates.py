@@ -91,8 +91,9 @@ class DateFunctions:
         """EXTRACT(field FROM d) / date_part('field', d) of a DATE with declared bounds, as a
         BIGINT: total on the clamped date on every engine (PostgreSQL's numeric result converts
         exactly). DOW counts 0-6 from Sunday as PostgreSQL and DuckDB do; an engine that starts
-        elsewhere is shifted by its dialect (EngineDialect.dow_first: Spark's 1-7). Its derived range and domain are computed from the bounds with Python's
-        (proleptic Gregorian) calendar, which all three engines use."""
+        elsewhere is shifted by its dialect (EngineDialect.dow_first: Spark's 1-7). Its derived
+        range and domain are computed from the bounds with Python's (proleptic Gregorian)
+        calendar, which all three engines use."""
         field = node.this.name.lower() if node.this is not None else ""
         field = _FIELD_ALIASES.get(field, field)
         if field not in _FIELDS:

@@ -5,15 +5,49 @@ that one expression context reads at most one explicit collation (one_collation,
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
+from sqlglot import exp
+
+from dpsql.dialects import read_type
 from dpsql.errors import QueryRejected
 from dpsql.sqltext import collation
 
 NUMERIC = {"int", "float", "decimal"}
 
 
+_FAMILIES: dict[exp.DataType.Type, str] = {
+    getattr(exp.DataType.Type, name): fam for fam, names in {
+        "int": ("TINYINT", "SMALLINT", "INT", "BIGINT", "INT128", "UTINYINT", "USMALLINT", "UINT", "UBIGINT",
+                "UINT128"),
+        "decimal": ("DECIMAL",),
+        "float": ("FLOAT", "DOUBLE"),
+        "text": ("CHAR", "VARCHAR", "TEXT", "BPCHAR"),
+        "bool": ("BOOLEAN",),
+        # PostgreSQL's daterange and datemultirange: date, as the name patterns this replaced read them
+        "date": ("DATE", "DATERANGE", "DATEMULTIRANGE"),
+        "timestamp": ("TIMESTAMP", "TIMESTAMPTZ", "TIMESTAMPNTZ", "TIMESTAMPLTZ", "TIMESTAMP_S", "TIMESTAMP_MS",
+                      "TIMESTAMP_NS", "DATETIME"),
+    }.items() for name in names}
+
+
+@lru_cache(maxsize=4096)
 def family(sql_type: str) -> str:
-    """Coarse type family of an engine type name: int, float, decimal, text, bool, date, other."""
+    """Coarse type family of an engine type name: int, float, decimal, text, bool, date, timestamp,
+    other. The name is read by sqlglot (dpsql.dialects.read_type); an array written `x[]` reads as
+    x's family, as the name patterns this replaced read it. Names sqlglot cannot read (PostgreSQL's
+    serial, citext, money, oid; SQL Server's datetime2) keep those patterns (_family_by_name).
+    tests/analysis/test_type_family.py holds the engines' names and their families."""
+    dt = read_type(sql_type)
+    if dt is None:
+        return _family_by_name(sql_type)
+    while dt.this == exp.DataType.Type.ARRAY and dt.expressions and sql_type.rstrip().endswith("]"):
+        dt = dt.expressions[0]
+    return _FAMILIES.get(dt.this, "other")
+
+
+def _family_by_name(sql_type: str) -> str:
+    """family() of a name sqlglot cannot read, by its spelling."""
     t = sql_type.lower()
     if re.match(r"^(u?(tiny|small|big|huge)?int(eger)?|int[248]|smallint|bigint|u?hugeint|integer|serial|bigserial|long|short|byte)\b", t):
         return "int"
