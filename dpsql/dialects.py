@@ -11,6 +11,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlglot import exp
+from sqlglot.errors import SqlglotError
+
+
+def read_type(name: str) -> exp.DataType | None:
+    """An engine's type name as sqlglot reads it, or None where sqlglot cannot read it. Read in
+    DuckDB's dialect, which reads the names all three engines report alike: DuckDB's own (UBIGINT,
+    HUGEINT, TIMESTAMP_NS), PostgreSQL's format_type (character varying(10), int8, timestamp with
+    time zone, numeric(12,2)) and the names dpsql gives Spark's types (dpsql.engines.spark); the
+    default dialect would read PostgreSQL's int8 as an 8-bit integer."""
+    try:
+        return exp.DataType.build(name, dialect="duckdb")
+    except (SqlglotError, ValueError):
+        return None
 
 
 def _duckdb_hash(values: list[exp.Expression], types: list[str] | None, salt: exp.Expression) -> exp.Expression:
@@ -21,6 +34,11 @@ def _duckdb_hash(values: list[exp.Expression], types: list[str] | None, salt: ex
 # each has an extended hash function that is total (NaN, infinities, -0.0 and 0.0, any text), and
 # none is collatable. Names as format_type and dpsql's own expressions spell them. A name not
 # listed (a domain, an enum, an array, json, ...) takes the text form below.
+# These stay name patterns, not read_type: the choice of a hash function is a claim about the
+# value's PostgreSQL type, and only format_type's exact spellings make it. sqlglot reads more
+# spellings as the same types (DOUBLE and FLOAT as double precision, for one), among them
+# names dpsql gives columns whose PostgreSQL type it does not know for certain (a per-unit
+# average is "DOUBLE"), which must keep the text form that is total on every type.
 _PG_HASHABLE = re.compile(r"smallint|integer|bigint|int|int[248]|boolean|bool|real|double precision|float[48]"
                           r"|(numeric|decimal)(\(\d+(,\s*-?\d+)?\))?|date|uuid"
                           r"|timestamp(\(\d\))?( without time zone)?")
@@ -109,6 +127,15 @@ def _spark_hash(values: list[exp.Expression], types: list[str] | None, salt: exp
     return exp.Anonymous(this="xxhash64", expressions=[*values, salt])
 
 
+def _group_concat(item: exp.Expression) -> exp.Expression:
+    return exp.GroupConcat(this=item, separator=exp.Literal.string(","))
+
+
+def _collect_list(item: exp.Expression) -> exp.Expression:
+    return exp.Anonymous(this="concat_ws", expressions=[exp.Literal.string(","),
+                                                       exp.Anonymous(this="collect_list", expressions=[item])])
+
+
 @dataclass(frozen=True)
 class EngineDialect:
     """One engine's capabilities.
@@ -144,7 +171,7 @@ class EngineDialect:
     path_catalog: the catalog (schema main) holding the tables loaded from path sources (DuckDB).
     ntz_timestamp_literals: TIMESTAMP literals go out as TIMESTAMP_NTZ (Spark: a TIMESTAMP literal
         meeting an NTZ column converts every row in the session's time zone, which overflows on
-        extreme values west of UTC; dpsql.analysis.predicates.literal_sql).
+        extreme values west of UTC; dpsql.analysis.literals.literal_sql).
     linear_like: LIKE/ILIKE go out as an RLIKE that cannot backtrack (Spark matches LIKE with a
         backtracking regex: n^k time on a row of n characters for k %s; dpsql.rewrite.like).
     narrow_sums: sums are computed in BIGINT wherever the bounds prove they fit, and only the
@@ -161,7 +188,7 @@ class EngineDialect:
         spills to disk in dozens of batches at the default work_mem (Q3, Q4 at 1M people: 755 and
         824 ms as a spilling hash, 561 and 632 ms sorted). Only without a group choice, whose window
         sorts by unit anyway. The order is the planner's business alone: nothing reads it.
-    real: the type fractional row expressions are computed in (dpsql.analysis.expressions), one in
+    real: the type fractional row expressions are computed in (dpsql.analysis.arithmetic), one in
         which arithmetic on values within the declared bounds cannot fail: DOUBLE on DuckDB and
         Spark (IEEE: no error on any result); NUMERIC on PostgreSQL, whose float8 raises on
         underflow ("value out of range: underflow": a tiny value times 0.5) and whose cast of a
@@ -170,8 +197,17 @@ class EngineDialect:
     wall_clock_timestamps: a column the schema reports as TIMESTAMP holds wall-clock times with no
         zone, so its clamp to declared bounds, date_trunc and EXTRACT are the same whatever the
         session's time zone (DuckDB and PostgreSQL report a zoned type as TIMESTAMP WITH TIME ZONE,
-        refused by dpsql.analysis.predicates.zoned). Spark reports its session-zoned TIMESTAMP and
+        refused by dpsql.analysis.sqltypes.zoned). Spark reports its session-zoned TIMESTAMP and
         TIMESTAMP_NTZ alike: date functions of TIMESTAMP columns are refused there.
+    timestamp_pairs: two TIMESTAMP columns may be compared (Spark: no, one of them may be a
+        TIMESTAMP_NTZ that the engine reports alike and converts to TIMESTAMP in the session's time
+        zone, row by row, which overflows west of UTC; dpsql.analysis.predicates.column_pair_cast).
+    dow_field, isodow_field, dow_first: the EXTRACT fields of the day of the week (Sunday first) and
+        the ISO day of the week, and the number the engine gives Sunday in the first: PostgreSQL's
+        and DuckDB's DOW count 0-6, Spark's DAYOFWEEK 1-7 (dpsql.analysis.dates shifts it to 0-6).
+    concat_texts: the aggregate joining a group's texts with commas (the quantile histograms,
+        dpsql.rewrite.quantiles): GROUP_CONCAT as sqlglot writes it per engine; Spark's
+        concat_ws over collect_list.
     """
     name: str
     salted_hash: Callable[[list[exp.Expression], list[str] | None, exp.Expression], exp.Expression]
@@ -192,6 +228,11 @@ class EngineDialect:
     having_to_where: bool = False
     wall_clock_timestamps: bool = True
     sorted_per_unit: bool = False
+    timestamp_pairs: bool = True
+    dow_field: str = "DOW"
+    isodow_field: str = "ISODOW"
+    dow_first: int = 0
+    concat_texts: Callable[[exp.Expression], exp.Expression] = _group_concat
 
     def wide(self, value: int) -> exp.Expression:
         """An integer literal in the engine's widest exact integer type."""
@@ -206,7 +247,8 @@ DIALECTS: dict[str, EngineDialect] = {
                               having_to_where=True, sorted_per_unit=True),
     "spark": EngineDialect("spark", _spark_hash, "min_by", False, "DECIMAL(38, 0)", True, True, "DOUBLE",
                            False, False, True, ntz_timestamp_literals=True, linear_like=True,
-                           wall_clock_timestamps=False),
+                           wall_clock_timestamps=False, timestamp_pairs=False, dow_field="DAYOFWEEK",
+                           isodow_field="DAYOFWEEK_ISO", dow_first=1, concat_texts=_collect_list),
 }
 
 

@@ -36,8 +36,11 @@ from dpsql.analysis import reconstruction
 from dpsql.analysis import sample_aggregate as sa
 from dpsql.analysis import windows
 from dpsql.analysis import sensitivity as sens
-from dpsql.analysis.bind import Catalog, _conjuncts, _resolve_in, bind, cast_in_bounds, exact_bounds
-from dpsql.analysis.expressions import Derived, Expressions
+from dpsql.analysis.bind import Catalog, bind
+from dpsql.analysis.derived import Derived
+from dpsql.analysis.expressions import Expressions
+from dpsql.analysis.folding import fold_dates, fold_numbers
+from dpsql.analysis.literals import NUMBER
 from dpsql.analysis.normalize import (
     Normalized,
     Wrapper,
@@ -55,20 +58,14 @@ from dpsql.analysis.plan import (
     Selection,
     Wrap,
 )
-from dpsql.analysis.predicates import (
-    CMP,
-    NUMBER,
-    NUMERIC,
-    Predicates,
-    date_bounds_problem,
-    family,
-    fold_dates,
-    fold_numbers,
-    refuse_expression,
-    tracking,
-)
+from dpsql.analysis.per_unit import cast_in_bounds, exact_bounds
+from dpsql.analysis.predicates import Predicates
 from dpsql.analysis.relation import ColRef, ColumnInfo, Relation
+from dpsql.analysis.scope import resolve_in
 from dpsql.analysis.semijoin import SemiJoins
+from dpsql.analysis.sql import conjuncts
+from dpsql.analysis.sqltypes import NUMERIC, date_bounds_problem, family, tracking
+from dpsql.analysis.subset import CMP, refuse_expression
 from dpsql.analysis.suggest import table_hint
 from dpsql.analysis.suggest import undeclared_table_hint as _or_ask
 from dpsql.cost import Cost
@@ -438,7 +435,7 @@ class _Analysis:
         """The column a (qualified) reference names; it must be declared (or be the unit)."""
         if isinstance(col.this, exp.Star):
             raise refuse_expression(exp.Star(), where)
-        ref, info = _resolve_in(list(self.rel.instances), col)
+        ref, info = resolve_in(list(self.rel.instances), col)
         if not info.declared and ref not in self.rel.unit_class:
             inst = self.rel.instance(ref[0])
             owner = inst.policy.name if inst is not None and inst.policy is not None else ref[0]
@@ -977,7 +974,7 @@ def _narrowing(where: exp.Expression, resolve) -> dict:
         if isinstance(v, exp.Literal):
             return v.this if v.is_string else (int(v.this) if v.this.isdigit() else None)
         return None
-    for c in _conjuncts(where):
+    for c in conjuncts(where):
         neg = isinstance(c, exp.Not)
         node = c.this if neg else c
         if isinstance(node, exp.Paren):

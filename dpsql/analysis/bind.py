@@ -11,33 +11,30 @@ linked table's unit comes from a join to the table it links to, the one the anal
 """
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.analysis.predicates import NUMERIC, Predicates, family, one_collation, same_type, tracking
+from dpsql.analysis.per_unit import per_unit_instance
+from dpsql.analysis.predicates import Predicates
 from dpsql.analysis.relation import (
     PER_UNIT_HITS,
     ColRef,
     ColumnInfo,
     Instance,
     JoinStep,
-    PerUnit,
-    PerUnitAggregate,
     Relation,
     UnitClasses,
 )
+from dpsql.analysis.scope import exact_equality, resolve_in
+from dpsql.analysis.sql import conjuncts
+from dpsql.analysis.sqltypes import one_collation, same_type, tracking
 from dpsql.analysis.suggest import table_hint
 from dpsql.analysis.suggest import undeclared_table_hint as _or_ask
 from dpsql.dialects import EngineDialect
 from dpsql.errors import QueryRejected
 from dpsql.policy import Policy, TablePolicy
-
-PER_UNIT_AGGREGATES = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
-
 
 @dataclass
 class Catalog:
@@ -86,6 +83,12 @@ class Catalog:
         """A protected table's columns as the policy declares them and the engine types them."""
         inexact = self.inexact(t.source or t.name)
         return {c: ColumnInfo(c, ty, t.column(c), inexact=c in inexact) for c, ty in self.protected[t.name].items()}
+
+    def bind(self, sel: exp.Select, *, where_conjuncts: list[exp.Expression] | None = None) -> Relation:
+        """bind(sel, self): how the subqueries bound inside a query (per-unit subqueries, semi-joins:
+        dpsql.analysis.per_unit, dpsql.analysis.semijoin) reach binding, through the catalog they
+        are given."""
+        return bind(sel, self, where_conjuncts=where_conjuncts)
 
 
 def bind(sel: exp.Select, cat: Catalog, *, where_conjuncts: list[exp.Expression] | None = None) -> Relation:
@@ -147,7 +150,7 @@ def _instance(node: exp.Expression, cat: Catalog, extra: list[exp.Expression], *
 def _cte_instance(body: exp.Select, alias: str, cat: Catalog, extra: list[exp.Expression],
                   preserved: bool) -> Instance:
     if body.args.get("group") or any(body.find_all(exp.AggFunc)):
-        inst = _per_unit(body, alias, cat)
+        inst = per_unit_instance(body, alias, cat)
         if inst.per_unit is not None and inst.per_unit.where is not None:
             if not preserved:
                 raise QueryRejected("a filtered per-unit subquery on the NULL side of a LEFT JOIN",
@@ -192,7 +195,7 @@ def _row_cte(body: exp.Select, alias: str, cat: Catalog, extra: list[exp.Express
         if not preserved:
             raise QueryRejected("a filtered CTE on the NULL side of a LEFT JOIN",
                                 "its filter cannot be moved to WHERE; write the condition in WHERE instead")
-        check = Predicates(tracking(lambda c, w: _resolve_in([full], c)), cat.dialect)
+        check = Predicates(tracking(lambda c, w: resolve_in([full], c)), cat.dialect)
         extra.append(check.check(where.this.copy().transform(realias)))
     return replace(base, alias=alias, columns=columns)
 
@@ -228,9 +231,9 @@ def _join(j: exp.Join, left: list[Instance], cat: Catalog, classes: UnitClasses,
                             "put the protected table first")
     scope = left + [inst]
     pairs, others = [], []
-    for cond in _conjuncts(on):
+    for cond in conjuncts(on):
         if isinstance(cond, exp.EQ) and isinstance(cond.this, exp.Column) and isinstance(cond.expression, exp.Column):
-            a, b = (_resolve_in(scope, c) for c in (cond.this, cond.expression))
+            a, b = (resolve_in(scope, c) for c in (cond.this, cond.expression))
             seen: dict[str, str] = {}
             one_collation(seen, a[1])
             one_collation(seen, b[1])
@@ -240,7 +243,7 @@ def _join(j: exp.Join, left: list[Instance], cat: Catalog, classes: UnitClasses,
         others.append(cond)
     if not pairs:
         raise QueryRejected("this join condition", "ON must equate a column of each side (a.x = b.y)")
-    check = Predicates(tracking(lambda c, where: _resolve_in(scope, c)), cat.dialect)
+    check = Predicates(tracking(lambda c, where: resolve_in(scope, c)), cat.dialect)
     if others:
         # Any other condition of an INNER join (an analyst's, or the WHERE of a subquery sqlglot
         # merged into ON) keeps exactly the joined rows that pass it: it is a row condition of the
@@ -290,79 +293,6 @@ def _join_column(scope: list[Instance], ra: ColRef, ia: ColumnInfo, rb: ColRef, 
                 raise QueryRejected(f"joining a public table on {col!r}",
                                     "the column identifies people: the public table's rows would select them "
                                     "by identity", "join public tables on other columns")
-
-
-def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
-    if isinstance(node, exp.Paren):
-        return _conjuncts(node.this)
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    return [node]
-
-
-def _resolve_in(scope: list[Instance], col: exp.Column) -> tuple[ColRef, ColumnInfo]:
-    """The column a qualified reference names. Every column a query reads (in any clause, at any
-    depth: keys, aggregates, WHERE, ON, semi-joins, per-unit subqueries) is resolved here, so
-    exact_equality is checked here for all of them."""
-    if not col.table:
-        raise QueryRejected(f"the column {col.name!r}", "it could not be resolved to a table")
-    for inst in scope:
-        if inst.alias == col.table:
-            info = inst.columns.get(col.name.lower())
-            if info is None:
-                raise QueryRejected(f"the column {col.name!r}", f"it is not a column of {inst.alias!r}")
-            exact_equality(info)
-            return (inst.alias, info.name), info
-    raise QueryRejected(f"the qualifier {col.table!r}", "it is not a table or alias of this query")
-
-
-def exact_equality(info: ColumnInfo, role: str = "") -> None:
-    """Refuse to read a column whose equality in the engine is not the equality of its text.
-
-    The attack. A column with a case- or accent-insensitive collation (DuckDB's COLLATE NOCASE,
-    NOACCENT, NFC or an ICU locale; a PostgreSQL ICU collation created with deterministic = false;
-    PostgreSQL's citext type, whose = compares lower-cased text) makes the engine hold 'CA' and
-    'ca' equal. GROUP BY then merges them into one group and prints it with the spelling of the
-    first row it meets, and that row may be one person's. The release looks each key's text up
-    in the public domain by exact string (session._domain_lookup; partition selection releases
-    the text itself): when the one person who wrote 'ca' is met first, the whole group of 'CA'
-    is dropped (released as 0 plus noise) or released under that person's spelling. Either way
-    the output reveals that person's row with certainty, at any epsilon: the released key is no
-    longer a function of the group's value, which the privacy of a released key relies on
-    (partition selection, Korolova et al. 2009 and Desfontaines et al. 2022, releases keys whose
-    value many units share; a public domain releases only its own values: REFERENCES.md,
-    "Bounding contributions and groups"). The same equality decides the other places dpsql lets
-    the engine compare text: joins of the parts of a query (quantiles, sample-and-aggregate,
-    COUNT(DISTINCT), top-k) on the keys' text, a key IN its domain, a WHERE comparison with a
-    declared value (V5 narrows a domain by Python's equality), COUNT(DISTINCT col), joins and
-    semi-joins, and the privacy unit itself: two people whose ids differ only in case would be
-    one unit to the engine, and removing one of them would change that unit's bounded
-    contribution in up to twice the groups (L0) the sensitivity counts (Wilson et al. 2020).
-
-    The rule: one equality, the text's, everywhere. The engine reports which columns it compares
-    otherwise (engines.base.TableFacts.inexact, read from its catalog with the other facts and
-    checked again in each query's own transaction, on connections passed in by their owner too),
-    and no private query reads one: every column reference resolves through _resolve_in, which
-    calls this, and the columns a query reads without naming them (its units, links and link
-    keys) are checked in _finish. Refusing every read, not only the comparisons, keeps the rule
-    one check with no list of places to miss; what is lost is COUNT(col) and IS NULL of such a
-    column. A DuckDB connection whose default_collation is not binary compares every text so,
-    literals and dpsql's own key texts included: analyze refuses every private query on it
-    (analyze._check_collation)."""
-    if not info.inexact:
-        return
-    raise QueryRejected(f"the column {info.name!r}{role}",
-                        "the engine compares its values by a non-deterministic collation or a type of its own "
-                        "(a case- or accent-insensitive collation, citext), so differently spelled values would "
-                        "be one group shown with the spelling of whichever row the engine meets first: the "
-                        "answer could reveal one person's row",
-                        "ask the data owner for a view that gives the column an exact equality and declare its "
-                        "domain in that spelling, e.g. lower(col) COLLATE \"C\" on PostgreSQL (lower(col::text) "
-                        "for citext), lower(col) COLLATE \"binary\" on DuckDB")
-
-
-def _unit_ref(inst: Instance) -> ColRef | None:
-    return (inst.alias, inst.unit) if inst.unit is not None else None
 
 
 def _finish(first: Instance, steps: list[JoinStep], classes: UnitClasses, cat: Catalog) -> Relation:
@@ -452,7 +382,7 @@ def _join_limits(first: Instance, steps: list[JoinStep], cat: Catalog) -> tuple[
             limit, uniq = own, mine
             continue
         left_unique = right_unique = False
-        for c in _conjuncts(step.on) if step is not None else ():
+        for c in conjuncts(step.on) if step is not None else ():
             if not (isinstance(c, exp.EQ) and isinstance(c.this, exp.Column) and isinstance(c.expression, exp.Column)):
                 continue
             for a, b in ((c.this, c.expression), (c.expression, c.this)):
@@ -479,7 +409,7 @@ def _public_unique(step: JoinStep, cat: Catalog) -> bool:
     uniq = set(getattr(f, "unique", None) or ())
     return any(isinstance(c, exp.EQ) and any(isinstance(s, exp.Column) and s.table == step.instance.alias
                                              and s.name in uniq for s in (c.this, c.expression))
-               for c in _conjuncts(step.on))
+               for c in conjuncts(step.on))
 
 
 def _link_unit(inst: Instance, instances: list[Instance], steps: list[JoinStep], classes: UnitClasses,
@@ -519,173 +449,3 @@ def _link_unit(inst: Instance, instances: list[Instance], steps: list[JoinStep],
         units[alias] = (alias, target.privacy_unit)
         classes.find(units[alias])
     return units[alias]
-
-
-# ----------------------------------------------------------------------------- per-unit subqueries
-
-def exact_bounds(lo: Fraction, hi: Fraction, sql_type: str, whole: bool) -> tuple[Fraction, Fraction, int]:
-    """Per-row clamp bounds and the integer scale the engine sums at.
-
-    Integer columns with whole bounds sum as themselves (scale 1). Anything else is clamped in
-    its own type, multiplied by scale = 10^s and cast to BIGINT (rounding), then clamped again to
-    the bounds rounded outward to that grid: the cast of a large double need not round exactly,
-    the second clamp makes the bounds hold whatever it does (for DOUBLE inputs with bounds * scale
-    within 2^50 it provably holds without it, and the rewrite leaves it out: cast_in_bounds). Those
-    outward bounds are what the sensitivity uses. |bound| * scale stays below 10^17, so the cast
-    cannot overflow.
-    """
-    if family(sql_type) == "int" and whole:
-        return lo, hi, 1
-    digits = len(str(int(max(abs(lo), abs(hi))))) + 1
-    scale = 10 ** max(0, min(6, 17 - digits))
-    return Fraction(math.floor(lo * scale), scale), Fraction(math.ceil(hi * scale), scale), scale
-
-
-#: Types whose clamp-scale-round (dpsql.rewrite.clip.scaled_cast) provably lands in the integer
-#: bounds: IEEE binary64 (every engine's DOUBLE), and PostgreSQL's unconstrained NUMERIC (the `real`
-#: type fractional expressions are computed in there), whose arithmetic is exact.
-CAST_IN_BOUNDS_TYPES = frozenset({"double", "double precision", "float8", "float64", "numeric"})
-CAST_IN_BOUNDS_LIMIT = 2 ** 50
-
-
-def cast_in_bounds(sql_type: str, lo: Fraction, hi: Fraction, scale: int) -> bool:
-    """Whether CAST(clamp(x, lo, hi) * scale AS BIGINT) is always in [lo*scale, hi*scale], so the
-    second (integer) clamp of exact_bounds can be left out.
-
-    lo and hi are on the 10^-s grid (exact_bounds), so L = lo*scale and H = hi*scale are integers;
-    require |L|, |H| <= 2^50 and scale = 10^s <= 10^22 (exactly representable in binary64).
-
-    binary64 (round to nearest): the clamp compares in the column's type and returns x itself, or
-    the bound literal converted to it, fl(hi) or fl(lo) (a NULL stays NULL; NaN compares above
-    every number on DuckDB, PostgreSQL and Spark, so it becomes fl(hi); +-Infinity become the
-    bounds). So v = clamp(x) satisfies fl(lo) <= v <= fl(hi). The product fl(v * scale) is
-    monotone in v (a correctly rounded multiplication by a positive constant), so it lies between
-    fl(fl(lo) * scale) and fl(fl(hi) * scale). Now |fl(hi) - hi| <= |hi| * 2^-53, so
-    |fl(hi) * scale - H| <= |H| * 2^-53 <= 1/8, and rounding that product moves it by at most half
-    an ulp at magnitude <= 2^50 + 1/8, i.e. 1/8 (2^51 would make it 1/4). So fl(fl(hi) * scale) is
-    within 1/4 of H, and likewise for L. The final rounding to an integer (DuckDB's CAST rounds
-    half away from zero, PostgreSQL's half to even, Spark's ROUND half up; each is monotone and
-    maps every number within 1/4 of an integer to that integer) therefore gives a result in
-    [L, H]. NUMERIC (PostgreSQL): the clamp, the product and the bounds are exact, and L, H are
-    integers, so the cast returns an integer in [L, H] outright.
-
-    Other types keep both clamps: FLOAT/REAL (binary32: fl32(hi) * 10^6 can be thousands of units
-    above H), DECIMAL columns (DuckDB may compare and scale them through DOUBLE of a scaled
-    integer beyond 2^53), integers with fractional bounds. tests/rewrite/test_cast_in_bounds.py
-    checks the argument numerically and on the engines."""
-    return (sql_type.strip().lower() in CAST_IN_BOUNDS_TYPES and 1 < scale <= 10 ** 22
-            and max(abs(lo * scale), abs(hi * scale)) <= CAST_IN_BOUNDS_LIMIT
-            and (lo * scale).denominator == 1 and (hi * scale).denominator == 1)
-
-
-def _per_unit(body: exp.Select, alias: str, cat: Catalog) -> Instance:
-    """`SELECT unit [AS u], agg(col) AS name, ... FROM relation [WHERE p] GROUP BY unit`.
-
-    Each unit's rows in the inner relation are at most R = max rows x max groups (the limits of
-    every query on that relation), so each aggregate gets bounds from the limits and the
-    declared bounds: COUNT in [0, R]; SUM in [min(0, R lo), max(0, R hi)] (exact, on the scale
-    grid); AVG, MIN and MAX of values clamped to [lo, hi] in [lo, hi]. The rewrite clamps every
-    value to these bounds, so they hold whatever the data (dpsql.rewrite.relation). The result
-    has one row per unit: a relation whose unit is unique."""
-    for key, what in (("having", "HAVING"), ("distinct", "DISTINCT"), ("order", "ORDER BY"),
-                      ("limit", "LIMIT"), ("offset", "OFFSET")):
-        if body.args.get(key):
-            raise QueryRejected(f"{what} in a per-unit subquery", "an inner aggregate query may only group by "
-                                "the privacy unit")
-    extra: list[exp.Expression] = []
-    rel = bind(body, cat, where_conjuncts=extra)
-    if rel.unit is None:
-        raise QueryRejected("an aggregate subquery over public tables", "it is not supported yet")
-    group = body.args.get("group")
-    if group is None or len(group.expressions) != 1 or not isinstance(group.expressions[0], exp.Column):
-        raise QueryRejected("an aggregate subquery in FROM", "an inner query must be grouped by the privacy unit "
-                            "alone (one row per person); aggregate the outer query over it")
-    gref, _ = _resolve_in(list(rel.instances), group.expressions[0])
-    if gref not in rel.unit_class:
-        raise QueryRejected("an aggregate subquery grouped by another column",
-                            "an inner query must be grouped by the privacy unit alone")
-    where = body.args.get("where")
-    pred = None
-    if where is not None:
-        from dpsql.analysis.semijoin import SemiJoins
-        semis = SemiJoins(rel, cat)
-        check = Predicates(tracking(lambda c, w: _resolve_in(list(rel.instances), c)), cat.dialect, semis.handle)
-        pred = check.check(where.this)
-        rel = semis.attach(rel)
-    if extra:
-        pred = _and_all(([pred] if pred is not None else []) + extra)
-    R = rel.rows_per_unit * rel.groups_per_unit
-    unit_name = None
-    aggs: list[PerUnitAggregate] = []
-    columns: dict[str, ColumnInfo] = {}
-    for item in body.expressions:
-        name = item.alias_or_name.lower()
-        if name == PER_UNIT_HITS:
-            raise QueryRejected(f"the name {name!r}", "dpsql uses it itself", "choose another alias")
-        if name in columns:       # the outer query could not tell them apart (PostgreSQL: ambiguous)
-            raise QueryRejected(f"two columns named {name!r} in a per-unit subquery",
-                                "each item needs its own name", "give each a distinct alias with AS")
-        node = item.unalias() if isinstance(item, exp.Alias) else item
-        if isinstance(node, exp.Column):
-            ref, info = _resolve_in(list(rel.instances), node)
-            if ref not in rel.unit_class:
-                raise QueryRejected(f"the column {node.name!r} in a per-unit subquery",
-                                    "only the privacy unit and aggregates can be selected there")
-            unit_name = name
-            columns[name] = ColumnInfo(name, info.sql_type)
-            continue
-        if not isinstance(node, PER_UNIT_AGGREGATES):
-            raise QueryRejected("this expression in a per-unit subquery",
-                                "select the unit and COUNT, SUM, AVG, MIN or MAX of declared columns")
-        arg = node.this
-        if isinstance(arg, exp.Distinct):
-            raise QueryRejected(f"{node.sql_name()}(DISTINCT ...)", "not supported in a per-unit subquery yet")
-        if isinstance(node, exp.Count) and isinstance(arg, exp.Star):
-            aggs.append(PerUnitAggregate(name, "count", None, (Fraction(0), Fraction(R))))
-            columns[name] = ColumnInfo(name, "BIGINT", bounds=(Fraction(0), Fraction(R)), integral=True)
-            continue
-        if not isinstance(arg, exp.Column):
-            raise QueryRejected(f"{node.sql_name()} of an expression", "aggregate a declared column")
-        ref, info = _resolve_in(list(rel.instances), arg)
-        col_sql = exp.column(ref[1], table=ref[0])
-        if isinstance(node, exp.Count):
-            if not info.declared and ref not in rel.unit_class:
-                raise QueryRejected(f"the column {arg.name!r}", "it is not declared in the policy")
-            aggs.append(PerUnitAggregate(name, "count", col_sql, (Fraction(0), Fraction(R))))
-            columns[name] = ColumnInfo(name, "BIGINT", bounds=(Fraction(0), Fraction(R)), integral=True)
-            continue
-        fname = node.sql_name()
-        if not info.bounded or family(info.sql_type) not in NUMERIC:
-            raise QueryRejected(f"{fname}({arg.name})", "the column has no declared bounds, so one person's "
-                                "influence on the result is unbounded",
-                                "ask the data owner to declare lower and upper bounds")
-        lo, hi, scale = exact_bounds(*info.range(), info.sql_type, info.whole_bounds)
-        if isinstance(node, exp.Sum):
-            b = (min(Fraction(0), R * lo), max(Fraction(0), R * hi))
-            aggs.append(PerUnitAggregate(name, "sum", col_sql, b, (lo, hi), scale))
-            whole = scale == 1
-            columns[name] = ColumnInfo(name, "BIGINT" if whole else "DOUBLE", bounds=b, integral=whole)
-        else:
-            kind = {exp.Avg: "avg", exp.Min: "min", exp.Max: "max"}[type(node)]
-            aggs.append(PerUnitAggregate(name, kind, col_sql, (lo, hi), (lo, hi), scale))
-            whole = kind != "avg" and scale == 1
-            columns[name] = ColumnInfo(name, info.sql_type if kind != "avg" else "DOUBLE", bounds=(lo, hi),
-                                       integral=whole)
-    if unit_name is None:
-        raise QueryRejected("a per-unit subquery without its unit", "select the privacy unit it is grouped by, "
-                            "so that the outer query can bound each person")
-    pu = PerUnit(rel, pred, unit_name, tuple(aggs), R)
-    return Instance(alias, "per_unit", "", columns, unit=unit_name, unique=True, not_null=True, rows=1, groups=1,
-                    per_unit=pu)
-
-
-def _and_all(conds: list[exp.Expression]) -> exp.Expression:
-    out = conds[0]
-    for c in conds[1:]:
-        out = exp.And(this=exp.Paren(this=out) if isinstance(out, exp.Or) else out,
-                      expression=exp.Paren(this=c) if isinstance(c, exp.Or) else c)
-    return out
-
-
-def resolver(rel: Relation) -> Callable[[exp.Column, str], tuple[ColRef, ColumnInfo]]:
-    return lambda c, where: _resolve_in(list(rel.instances), c)

@@ -17,9 +17,12 @@ Test: tests/analysis/test_distinct.py, tests/integration/test_quantiles.py (coun
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 from sqlglot import exp
 
+from dpsql.analysis import sensitivity as sens
+from dpsql.analysis.plan import NoiseSpec
 from dpsql.errors import QueryRejected
 
 
@@ -50,10 +53,6 @@ def plan_distincts(analysis) -> tuple[DistinctCount, ...]:
 
 
 def noise_spec(dc: DistinctCount, mechanism: str, rows: int, l0: int, epsilon: float, delta: float):
-    from fractions import Fraction
-
-    from dpsql.analysis import sensitivity as sens
-    from dpsql.analysis.plan import NoiseSpec
     linf = Fraction(rows)
     return NoiseSpec(dc.name, mechanism, sens.l1(linf, l0), sens.l2(linf, l0), float(rows), epsilon,
                      delta if mechanism != "laplace" else 0.0)

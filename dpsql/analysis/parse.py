@@ -27,6 +27,7 @@ from typing import Any
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import ParseError, TokenError
 
 from dpsql.analysis.suggest import keyword_hint
@@ -137,7 +138,6 @@ _STATEMENT_WORDS = _COMMANDS | {"SELECT", "WITH", "VALUES", "TABLE", "SHOW", "SE
 
 
 def _tokens(text: str) -> list:
-    from sqlglot.dialects.postgres import Postgres
     try:
         return list(Postgres().tokenize(text))
     except Exception:  # noqa: BLE001 - an untokenisable text has no token to point at

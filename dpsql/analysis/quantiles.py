@@ -15,12 +15,14 @@ q must be a numeric literal in [0, 1]. An aggregate FILTER on a quantile is refu
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.analysis.predicates import NUMBER
+from dpsql.analysis.literals import NUMBER
+from dpsql.analysis.plan import NoiseSpec
 from dpsql.errors import QueryRejected
 
 BINS = 1024                         # equal-width bins over the range (the grid of the estimate)
@@ -162,7 +164,4 @@ def plan_quantiles(analysis) -> tuple[Quantile, ...]:
 def noise_spec(q: Quantile, rows: int, l0: int, epsilon: float):
     """The quantile's NoiseSpec: the exponential mechanism at the measure's epsilon share, with
     rank sensitivity `rows` per group (each unit's per-group row bound) over `l0` groups."""
-    import math
-
-    from dpsql.analysis.plan import NoiseSpec
     return NoiseSpec(q.name, "exponential", float(rows * l0), rows * math.sqrt(l0), float(rows), epsilon, 0.0)

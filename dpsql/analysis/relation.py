@@ -44,7 +44,7 @@ class ColumnInfo:
         from the public table itself.
     inexact: the engine's equality on it is not the equality of its text (a non-deterministic
         collation, citext: engines.base.TableFacts.inexact); no query reads it
-        (dpsql.analysis.bind.exact_equality).
+        (dpsql.analysis.scope.exact_equality).
     """
     name: str
     sql_type: str

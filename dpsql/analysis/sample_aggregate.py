@@ -52,16 +52,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
-from dpsql.analysis.bind import exact_bounds
+from dpsql.analysis.per_unit import exact_bounds
+from dpsql.analysis.plan import Measure
 from dpsql.errors import QueryRejected
 from dpsql.policy import exact
-
-if TYPE_CHECKING:
-    from dpsql.analysis.plan import Measure
 
 FUNCTIONS: dict[type, str] = {exp.Corr: "corr", exp.CovarPop: "covar_pop", exp.CovarSamp: "covar_samp",
                               exp.RegrSlope: "regr_slope", exp.RegrIntercept: "regr_intercept"}
@@ -97,8 +94,6 @@ def _range(fname: str, declared, a, b) -> tuple[Fraction, Fraction, str]:
 
 def measure(an, node: exp.Expression, cond: exp.Expression | None, suffix: str) -> tuple:
     """The plan's expression for one sample-and-aggregate call (an: the running analysis)."""
-    from dpsql.analysis.plan import Measure
-
     fname = FUNCTIONS[type(node)]
     what = fname.upper()
     funcs = an.policy.functions

@@ -21,13 +21,19 @@ as a filter the engine could decide from statistics, like the query's own WHERE.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
-from dpsql.analysis.bind import Catalog, _resolve_in, bind
-from dpsql.analysis.predicates import Predicates, same_type, tracking
+from dpsql.analysis.predicates import Predicates
 from dpsql.analysis.relation import Relation, SemiJoin
+from dpsql.analysis.scope import resolve_in
+from dpsql.analysis.sql import and_all, conjuncts
+from dpsql.analysis.sqltypes import same_type, tracking
 from dpsql.errors import QueryRejected
+
+if TYPE_CHECKING:
+    from dpsql.analysis.bind import Catalog
 
 
 class SemiJoins:
@@ -41,68 +47,77 @@ class SemiJoins:
     def handle(self, node: exp.Expression) -> exp.Expression:
         outer_aliases = {i.alias for i in self.rel.instances}
         if isinstance(node, exp.In):
-            outer = node.this
-            if not isinstance(outer, exp.Column):
-                raise QueryRejected("IN (SELECT ...) on an expression", "test the privacy unit: unit IN (SELECT ...)")
-            oref, oinfo = _resolve_in(list(self.rel.instances), outer)
-            sub = node.args["query"]
-            inner = sub.this if isinstance(sub, exp.Subquery) else sub
-            self._plain(inner)
-            if len(inner.expressions) != 1:
-                raise QueryRejected("IN (SELECT ...) with several columns", "select the privacy unit alone")
-            item = inner.expressions[0]
-            col = item.unalias() if isinstance(item, exp.Alias) else item
-            conds, correlated = self._split(inner, outer_aliases)
-            if correlated:
-                raise QueryRejected("a correlated IN subquery", "IN (SELECT ...) must not refer to the outer query",
-                                    "use EXISTS with the unit equality, or no correlation")
-            extra: list[exp.Expression] = []
-            rel = bind(inner, self.cat, where_conjuncts=extra)
-            if not isinstance(col, exp.Column):
-                raise QueryRejected("IN (SELECT expression ...)", "select the privacy unit")
-            iref, iinfo = _resolve_in(list(rel.instances), col)
-            # NOT IN: a row whose unit is NULL, or whose link points nowhere, belongs to nobody and
-            # is left out here as everywhere (bind: not_null_unit, the link's INNER join), so the
-            # subquery never holds a NULL: NOT IN is NOT EXISTS, whatever the engine's NULLs
-            key = self._units(oref, oinfo, iref, iinfo, rel)
+            oref, key, rel, conds, extra = self._in(node, outer_aliases)
         elif isinstance(node, exp.Exists):
-            inner = node.this
-            inner = inner.this if isinstance(inner, exp.Subquery) else inner
-            if not isinstance(inner, exp.Select):
-                raise QueryRejected("EXISTS", "EXISTS takes one SELECT")
-            self._plain(inner)
-            conds, correlated = self._split(inner, outer_aliases)
-            extra = []
-            rel = bind(inner, self.cat, where_conjuncts=extra)
-            if len(correlated) != 1:
-                raise QueryRejected("this EXISTS subquery", "it must be correlated by exactly one equality of the "
-                                    "inner and outer privacy units (inner.unit = outer.unit), and by nothing else")
-            eq = correlated[0]
-            sides = [eq.this, eq.expression] if isinstance(eq, exp.EQ) else []
-            if len(sides) != 2 or not all(isinstance(s, exp.Column) for s in sides):
-                raise QueryRejected("this EXISTS correlation", "correlate by inner.unit = outer.unit only")
-            o, i = (sides[0], sides[1]) if sides[0].table in outer_aliases else (sides[1], sides[0])
-            if o.table not in outer_aliases or i.table in outer_aliases:
-                raise QueryRejected("this EXISTS correlation", "correlate by inner.unit = outer.unit only")
-            oref, oinfo = _resolve_in(list(self.rel.instances), o)
-            iref, iinfo = _resolve_in(list(rel.instances), i)
-            key = self._units(oref, oinfo, iref, iinfo, rel)
+            oref, key, rel, conds, extra = self._exists(node, outer_aliases)
         else:
             raise QueryRejected("this subquery", "not part of the accepted subset")
         pred = None
         if conds:
-            from dpsql.analysis.bind import _and_all
             nested = SemiJoins(rel, self.cat)
-            check = Predicates(tracking(lambda c, w: _resolve_in(list(rel.instances), c)), self.cat.dialect, nested.handle)
-            pred = check.check(_and_all(conds))
+            check = Predicates(tracking(lambda c, w: resolve_in(list(rel.instances), c)), self.cat.dialect, nested.handle)
+            pred = check.check(and_all(conds))
             rel = nested.attach(rel)
         if extra:
-            from dpsql.analysis.bind import _and_all
-            pred = _and_all(([pred] if pred is not None else []) + extra)
+            pred = and_all(([pred] if pred is not None else []) + extra)
         name = self.cat.fresh("_s")
         self.found.append(SemiJoin(name, rel, pred, oref, key))
         flag = exp.Coalesce(this=exp.column("_in", table=name), expressions=[exp.Literal.number(0)])
         return exp.GT(this=flag, expression=exp.Literal.number(0))
+
+    def _in(self, node: exp.In, outer_aliases: set[str]) -> tuple:
+        """unit IN (SELECT unit ...), or a linked key IN (SELECT link column ...):
+        (outer column, inner key or None, inner relation, its own conditions, its row flags)."""
+        outer = node.this
+        if not isinstance(outer, exp.Column):
+            raise QueryRejected("IN (SELECT ...) on an expression", "test the privacy unit: unit IN (SELECT ...)")
+        oref, oinfo = resolve_in(list(self.rel.instances), outer)
+        sub = node.args["query"]
+        inner = sub.this if isinstance(sub, exp.Subquery) else sub
+        self._plain(inner)
+        if len(inner.expressions) != 1:
+            raise QueryRejected("IN (SELECT ...) with several columns", "select the privacy unit alone")
+        item = inner.expressions[0]
+        col = item.unalias() if isinstance(item, exp.Alias) else item
+        conds, correlated = self._split(inner, outer_aliases)
+        if correlated:
+            raise QueryRejected("a correlated IN subquery", "IN (SELECT ...) must not refer to the outer query",
+                                "use EXISTS with the unit equality, or no correlation")
+        extra: list[exp.Expression] = []
+        rel = self.cat.bind(inner, where_conjuncts=extra)
+        if not isinstance(col, exp.Column):
+            raise QueryRejected("IN (SELECT expression ...)", "select the privacy unit")
+        iref, iinfo = resolve_in(list(rel.instances), col)
+        # NOT IN: a row whose unit is NULL, or whose link points nowhere, belongs to nobody and
+        # is left out here as everywhere (bind: not_null_unit, the link's INNER join), so the
+        # subquery never holds a NULL: NOT IN is NOT EXISTS, whatever the engine's NULLs
+        key = self._units(oref, oinfo, iref, iinfo, rel)
+        return oref, key, rel, conds, extra
+
+    def _exists(self, node: exp.Exists, outer_aliases: set[str]) -> tuple:
+        """EXISTS (SELECT ... WHERE inner.unit = outer.unit AND ...), or through a link key: as _in."""
+        inner = node.this
+        inner = inner.this if isinstance(inner, exp.Subquery) else inner
+        if not isinstance(inner, exp.Select):
+            raise QueryRejected("EXISTS", "EXISTS takes one SELECT")
+        self._plain(inner)
+        conds, correlated = self._split(inner, outer_aliases)
+        extra = []
+        rel = self.cat.bind(inner, where_conjuncts=extra)
+        if len(correlated) != 1:
+            raise QueryRejected("this EXISTS subquery", "it must be correlated by exactly one equality of the "
+                                "inner and outer privacy units (inner.unit = outer.unit), and by nothing else")
+        eq = correlated[0]
+        sides = [eq.this, eq.expression] if isinstance(eq, exp.EQ) else []
+        if len(sides) != 2 or not all(isinstance(s, exp.Column) for s in sides):
+            raise QueryRejected("this EXISTS correlation", "correlate by inner.unit = outer.unit only")
+        o, i = (sides[0], sides[1]) if sides[0].table in outer_aliases else (sides[1], sides[0])
+        if o.table not in outer_aliases or i.table in outer_aliases:
+            raise QueryRejected("this EXISTS correlation", "correlate by inner.unit = outer.unit only")
+        oref, oinfo = resolve_in(list(self.rel.instances), o)
+        iref, iinfo = resolve_in(list(rel.instances), i)
+        key = self._units(oref, oinfo, iref, iinfo, rel)
+        return oref, key, rel, conds, extra
 
     @staticmethod
     def _plain(inner: exp.Select) -> None:
@@ -122,8 +137,7 @@ class SemiJoins:
         where = inner.args.get("where")
         own, corr = [], []
         if where is not None:
-            from dpsql.analysis.bind import _conjuncts
-            for c in _conjuncts(where.this):
+            for c in conjuncts(where.this):
                 (corr if any(col.table in outer for col in c.find_all(exp.Column)) else own).append(c)
         for item in inner.expressions:
             if any(col.table in outer for col in item.find_all(exp.Column)):

@@ -1,4 +1,5 @@
-"""Small SQL builders the analysis and the rewrite share: exact numeric literals and clamps."""
+"""Small SQL builders the analysis and the rewrite share: exact numeric literals, clamps, and
+conditions split into (conjuncts) and joined from (and_all) their ANDed parts."""
 from __future__ import annotations
 
 from decimal import Decimal
@@ -40,3 +41,21 @@ def clamp(value: exp.Expression, lo: Fraction | int, hi: Fraction | int) -> exp.
     return exp.Case(ifs=[exp.If(this=exp.LT(this=value, expression=number(lo)), true=number(lo)),
                          exp.If(this=exp.GT(this=value.copy(), expression=number(hi)), true=number(hi))],
                     default=value.copy())
+
+
+def conjuncts(node: exp.Expression) -> list[exp.Expression]:
+    """The parts of a condition joined by AND (parentheses around them dropped)."""
+    if isinstance(node, exp.Paren):
+        return conjuncts(node.this)
+    if isinstance(node, exp.And):
+        return conjuncts(node.this) + conjuncts(node.expression)
+    return [node]
+
+
+def and_all(conds: list[exp.Expression]) -> exp.Expression:
+    """The conditions joined by AND, an OR among them parenthesised."""
+    out = conds[0]
+    for c in conds[1:]:
+        out = exp.And(this=exp.Paren(this=out) if isinstance(out, exp.Or) else out,
+                      expression=exp.Paren(this=c) if isinstance(c, exp.Or) else c)
+    return out

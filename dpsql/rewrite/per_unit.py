@@ -18,7 +18,7 @@ from dpsql.analysis.plan import QueryPlan
 from dpsql.dialects import EngineDialect
 from dpsql.rewrite.aggregates import row_aggregate
 from dpsql.rewrite.relation import filtered
-from dpsql.rewrite.rows import ROWS, subquery
+from dpsql.rewrite.rows import ROWS, filters, subquery
 
 PER_UNIT = "_per_unit"
 
@@ -35,7 +35,6 @@ def hits(plan: QueryPlan) -> exp.Expression | None:
 
 def measure_condition(plan: QueryPlan, m) -> exp.Expression | None:
     """The rows a measure aggregates: those passing WHERE (_h) and its own FILTER (_f<j>)."""
-    from dpsql.rewrite.rows import filters
     cond = hit(plan)
     if m.filter is not None:
         flag = exp.column(filters(plan)[m.filter.sql("postgres")][0])

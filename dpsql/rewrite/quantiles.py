@@ -87,10 +87,7 @@ def top_bin(raw: exp.Expression, bins: int) -> exp.Expression:
 def _count_text(d: EngineDialect, b: exp.Expression, c: exp.Expression) -> exp.Expression:
     text = lambda e: exp.Cast(this=e, to=exp.DataType.build("TEXT"))
     item = exp.DPipe(this=exp.DPipe(this=text(b), expression=exp.Literal.string(":")), expression=text(c))
-    if d.name == "spark":
-        return exp.Anonymous(this="concat_ws", expressions=[exp.Literal.string(","),
-                                                           exp.Anonymous(this="collect_list", expressions=[item])])
-    return exp.GroupConcat(this=item, separator=exp.Literal.string(","))
+    return d.concat_texts(item)
 
 
 def histogram_select(plan: QueryPlan, q, d: EngineDialect) -> exp.Select:

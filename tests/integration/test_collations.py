@@ -16,7 +16,7 @@ default collation is not binary answers no private query. Each attack is run wit
 differently spelled row met first and met last: the query is refused both ways, or, for the
 view the refusal asks the data owner for (an exact equality, the domain in its spelling),
 answered identically both ways. Every premise (the engine really merges the spellings) is
-checked on the engine itself first. The argument: dpsql.analysis.bind.exact_equality.
+checked on the engine itself first. The argument: dpsql.analysis.scope.exact_equality.
 """
 from __future__ import annotations
 

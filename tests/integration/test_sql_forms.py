@@ -220,7 +220,7 @@ def test_folding_is_postgresql_calendar_arithmetic(request):
 
     import psycopg
 
-    from dpsql.analysis.predicates import shift_date
+    from dpsql.analysis.folding import shift_date
     server = request.getfixturevalue("postgres_server")
     days = [dt.date(2000, 2, 29), dt.date(2001, 1, 31), dt.date(1999, 12, 31), dt.date(2024, 3, 31),
             dt.date(1900, 2, 28), dt.date(2023, 5, 15), dt.date(1, 1, 31), dt.date(9998, 11, 30)]

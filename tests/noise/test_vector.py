@@ -12,12 +12,13 @@ import pytest
 from dpsql.errors import InternalError
 from dpsql.noise import SeededRng, make_mechanism
 from dpsql.noise import vector as V
+from dpsql.noise import vector_samplers as S
 from dpsql.noise.exponential import QuantileEM, parse_histogram
 from dpsql.noise.mechanisms import _snap, _unsnap
 
 
 class _Words:
-    """An Rng (not SecureRng nor SeededRng, so vector.words reads its randbits) whose 64-bit words
+    """An Rng (not SecureRng nor SeededRng, so vector_samplers.words reads its randbits) whose 64-bit words
     are all `word`; randbelow from a seeded generator, counted."""
 
     def __init__(self, word: int, seed: int = 1):
@@ -33,17 +34,17 @@ class _Words:
 
 
 def test_seeded_draws_are_reproducible_and_integers():
-    for f in (lambda r: V.laplace(r, 500, Fraction(2, 3)), lambda r: V.gaussian(r, 500, 3),
-              lambda r: V.geometric(r, 500, Fraction(5, 2)), lambda r: V.gaussian(r, 500, 2**45 + 1)):
+    for f in (lambda r: S.laplace(r, 500, Fraction(2, 3)), lambda r: S.gaussian(r, 500, 3),
+              lambda r: S.geometric(r, 500, Fraction(5, 2)), lambda r: S.gaussian(r, 500, 2**45 + 1)):
         a, b = f(SeededRng(11)), f(SeededRng(11))
         assert a.dtype == np.int64 and (a == b).all()
-    assert (V.geometric(SeededRng(3), 1000, Fraction(1, 7)) >= 0).all()
-    assert V.laplace(SeededRng(3), 0, Fraction(1)).size == 0
+    assert (S.geometric(SeededRng(3), 1000, Fraction(1, 7)) >= 0).all()
+    assert S.laplace(SeededRng(3), 0, Fraction(1)).size == 0
 
 
 def test_parameters_beyond_2_62_leave_the_batch_to_the_scalar_path():
-    assert V.geometric(SeededRng(1), 3, Fraction(1, 2**62)) is None
-    assert V.gaussian(SeededRng(1), 3, 2**62) is None
+    assert S.geometric(SeededRng(1), 3, Fraction(1, 2**62)) is None
+    assert S.gaussian(SeededRng(1), 3, 2**62) is None
     m = make_mechanism("laplace", 1.0, 1e-30)          # 2**40 / 1e-30 grid units: scalar
     out = V.release_values(m, [5, 7], SeededRng(2))
     assert len(out) == 2 and all(isinstance(x, float) for x in out)
@@ -52,43 +53,43 @@ def test_parameters_beyond_2_62_leave_the_batch_to_the_scalar_path():
 def test_a_tie_with_the_probabilitys_top_word_is_decided_exactly():
     """R4: a word equal to floor(p 2**64) is resolved by an exact Bernoulli of the tail."""
     p = Fraction(1, 3)
-    coin = V._Const(p)
+    coin = S._Const(p)
     rng = _Words(coin.top)                               # every word ties
     hits = coin(rng, 3000)
     assert rng.below == 3000                             # all by the exact path
     assert coin.tail == Fraction(1, 3)                   # 2**64 = 1 (mod 3)
     assert 800 < hits.sum() < 1200                       # Bernoulli(1/3): 1000 +- 7 sigma
-    assert not V._Const(p)(_Words(coin.top + 1), 50).any()
-    assert V._Const(p)(_Words(coin.top - 1), 50).all()
+    assert not S._Const(p)(_Words(coin.top + 1), 50).any()
+    assert S._Const(p)(_Words(coin.top - 1), 50).all()
 
 
 def test_geometric_draws_past_2_63_are_exact_python_integers():
     """R7: with M = 2**62 - 2**40 a draw overflows when B >= 3 (e**-3 of them): finished exactly."""
     lam = Fraction(1, 2**62 - 2**40)
-    g = V.geometric(SeededRng(5), 2000, lam)
+    g = S.geometric(SeededRng(5), 2000, lam)
     assert g.dtype == object
     big = [x for x in g if x >= 2**63]
     assert big and all(isinstance(x, int) for x in g)
-    lap = V.laplace(SeededRng(5), 2000, lam)
+    lap = S.laplace(SeededRng(5), 2000, lam)
     assert lap.dtype == object and any(abs(x) >= 2**63 for x in lap)
 
 
 def test_gaussian_acceptance_of_huge_proposals_goes_to_python(monkeypatch):
     """R7: |y| >= 2**62 (object draws) and a = d // sigma > 2**31 use the scalar exact coin."""
     calls = []
-    real = V._bernoulli_exp
+    real = S._bernoulli_exp
 
     def counted(num, den, rng):
         calls.append((num, den))
         return real(num, den, rng)
 
-    monkeypatch.setattr(V, "_bernoulli_exp", counted)
+    monkeypatch.setattr(S, "_bernoulli_exp", counted)
     y = np.empty(4, dtype=object)
     y[:] = [2**70, -(2**65), 3, 0]
-    out = V._gauss_accept(SeededRng(1), y, 5)
+    out = S._gauss_accept(SeededRng(1), y, 5)
     assert len(calls) == 2 and not out[0] and not out[1]
     calls.clear()
-    out = V._gauss_accept(SeededRng(1), np.array([7 * 2**33, 1], dtype=np.int64), 2)
+    out = S._gauss_accept(SeededRng(1), np.array([7 * 2**33, 1], dtype=np.int64), 2)
     assert len(calls) == 1 and not out[0]
 
 

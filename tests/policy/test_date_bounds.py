@@ -1,5 +1,5 @@
 """Date bounds (`lower`/`upper` as dates or date-times): what the policy accepts, and which engine
-types each fits (dpsql.analysis.predicates.date_bounds_problem, checked when a session opens)."""
+types each fits (dpsql.analysis.sqltypes.date_bounds_problem, checked when a session opens)."""
 from __future__ import annotations
 
 import datetime as dt

@@ -1,4 +1,4 @@
-"""The one-clamp exact sum (dpsql.analysis.bind.cast_in_bounds): for DOUBLE (and PostgreSQL
+"""The one-clamp exact sum (dpsql.analysis.per_unit.cast_in_bounds): for DOUBLE (and PostgreSQL
 NUMERIC) inputs, CAST(clamp(x, lo, hi) * 10^s AS BIGINT) already lies in [lo*10^s, hi*10^s], so
 the per-unit sums leave out the second, integer clamp. Checked three ways: the floating-point
 step of the argument in Python's binary64 for many grid bounds up to 2^50; on DuckDB and
@@ -16,7 +16,7 @@ import duckdb
 import pytest
 from sqlglot import exp
 
-from dpsql.analysis.bind import CAST_IN_BOUNDS_LIMIT, cast_in_bounds, exact_bounds
+from dpsql.analysis.per_unit import CAST_IN_BOUNDS_LIMIT, cast_in_bounds, exact_bounds
 from dpsql.dialects import dialect
 from dpsql.rewrite.clip import clamp, scaled_cast
 

@@ -16,6 +16,7 @@ from scipy import stats
 
 from dpsql.noise import SeededRng, discrete_gaussian, discrete_laplace, make_mechanism
 from dpsql.noise import vector as V
+from dpsql.noise import vector_samplers as S
 from dpsql.noise.exponential import QuantileEM
 
 pytestmark = pytest.mark.stats
@@ -67,19 +68,19 @@ def _same_law(a, b) -> float:
 def test_vector_laplace_matches_the_pmf(lam):
     """2/3: M = 1; 1/5: c = 1; 7/2: M = 0; 3/7 and 2/9: M = 2 and 4 with c = 6/7 and 8/9, where the
     remainder A's acceptance needs both of its coins."""
-    samples = V.laplace(SeededRng(2718), 4 * N, lam)
+    samples = S.laplace(SeededRng(2718), 4 * N, lam)
     assert _fits(samples, lambda x: math.exp(-abs(x) * float(lam))) > P_REJECT
 
 
 def test_vector_geometric_above_rate_one_matches_the_pmf():
     lam = Fraction(9, 4)                           # M = 0: counted exp(-lam) coins
-    samples = V.geometric(SeededRng(99), N, lam)
+    samples = S.geometric(SeededRng(99), N, lam)
     assert _fits(samples, lambda x: math.exp(-x * float(lam)) if x >= 0 else 0.0, 0, 50) > P_REJECT
 
 
 @pytest.mark.parametrize("sigma", [1, 3, 8])
 def test_vector_gaussian_matches_the_pmf(sigma):
-    samples = V.gaussian(SeededRng(31415), N, sigma)
+    samples = S.gaussian(SeededRng(31415), N, sigma)
     assert _fits(samples, lambda x: math.exp(-x * x / (2 * sigma * sigma))) > P_REJECT
 
 
@@ -87,10 +88,10 @@ def test_vector_and_scalar_draws_have_one_law():
     """Two-sample checks: the batch path against discrete_laplace and discrete_gaussian."""
     rng = SeededRng(161803)
     n = 20_000
-    lap_v = V.laplace(rng, n, Fraction(2, 5))
+    lap_v = S.laplace(rng, n, Fraction(2, 5))
     lap_s = [discrete_laplace(Fraction(5, 2), rng) for _ in range(n)]
     assert _same_law(lap_v, lap_s) > P_REJECT
-    gau_v = V.gaussian(rng, n, 4)
+    gau_v = S.gaussian(rng, n, 4)
     gau_s = [discrete_gaussian(16, rng) for _ in range(n)]
     assert _same_law(gau_v, gau_s) > P_REJECT
 
@@ -98,10 +99,10 @@ def test_vector_and_scalar_draws_have_one_law():
 def test_vector_noise_at_grid_scale_is_the_continuous_law():
     """At 2**40 grid units and more the discrete laws are their continuous ones to ~2**-40."""
     sigma = 2**45 + 12345
-    g = V.gaussian(SeededRng(4242), N, sigma).astype(float) / sigma
+    g = S.gaussian(SeededRng(4242), N, sigma).astype(float) / sigma
     assert stats.kstest(g, stats.norm().cdf).pvalue > P_REJECT
-    scale = Fraction(2**43 * 10 + 7, 3)               # rational, not whole: M and c of vector.geometric
-    x = V.laplace(SeededRng(4343), N, 1 / scale).astype(float) / float(scale)
+    scale = Fraction(2**43 * 10 + 7, 3)               # rational, not whole: M and c of vector_samplers.geometric
+    x = S.laplace(SeededRng(4343), N, 1 / scale).astype(float) / float(scale)
     assert stats.kstest(x, stats.laplace().cdf).pvalue > P_REJECT
 
 
