@@ -21,10 +21,9 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from dpsql.accounting import Plan
 from dpsql.analysis.plan import QueryPlan
 from dpsql.analysis.topk import TARGET
-from dpsql.cost import Cost
+from dpsql.ledger.accounting import Cost, Plan
 
 COLUMNS = ("item", "aggregate", "mechanism", "sensitivity", "epsilon", "delta", "noise_scale",
            "ci95_half_width", "detail", "rho", "queries")

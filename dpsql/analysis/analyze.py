@@ -71,7 +71,7 @@ from dpsql.analysis.relation import ColRef, ColumnInfo, Relation
 from dpsql.analysis.semijoin import SemiJoins
 from dpsql.analysis.suggest import table_hint
 from dpsql.analysis.suggest import undeclared_table_hint as _or_ask
-from dpsql.cost import Cost
+from dpsql.ledger.accounting import Cost
 from dpsql.dialects import dialect as engine_dialect
 from dpsql.errors import QueryRejected, UndefinedTable
 from dpsql.policy import Policy, TablePolicy

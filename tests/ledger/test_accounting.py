@@ -12,7 +12,7 @@ from fractions import Fraction
 import mpmath as mp
 import pytest
 
-from dpsql import accounting as A
+from dpsql.ledger import accounting as A
 from dpsql.noise import make_mechanism
 from dpsql.noise.mechanisms import epsilon_for_rho, rho_bound
 
