@@ -21,6 +21,8 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+import sqlglot
+
 from dpsql.analysis.plan import QueryPlan
 from dpsql.analysis.topk import TARGET
 from dpsql.ledger.accounting import Cost, Plan
@@ -46,7 +48,6 @@ def types(form: str) -> tuple[str, ...]:
 def pretty_sql(sql: str, dialect: str | None = None) -> list[str]:
     """The rewritten SQL over several lines (sqlglot's pretty printer; as it is if that fails)."""
     try:
-        import sqlglot
         text = sqlglot.transpile(sql, read=dialect, write=dialect, pretty=True)[0]
     except Exception:      # noqa: BLE001 - formatting only: fall back to the text as it is
         text = sql

@@ -42,7 +42,7 @@ from dpsql.analysis.analyze import (
 from dpsql.analysis.parse import Statement, classify
 from dpsql.analysis.plan import QueryPlan
 from dpsql.analysis.reconstruction import auto_cap, population_key
-from dpsql.engines.base import Engine, TableFacts, open_engine, path_sources
+from dpsql.engines import Engine, TableFacts, open_engine, path_sources
 from dpsql.errors import (
     BudgetExhausted,
     Error,
