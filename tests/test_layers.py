@@ -53,7 +53,7 @@ def _group(path: Path) -> str:
 
 
 def _target(parts: list[str]) -> str:
-    """The layer of the imported module dpsql.<parts[1]>.<...> (parts without "dpsql")."""
+    """The layer of the imported name dpsql.<parts[1]>.<...> (parts: the dotted name split, "dpsql" first)."""
     if len(parts) > 2 and parts[2] in SUBLAYERS.get(parts[1], ()):
         return f"{parts[1]}.{parts[2]}"
     return parts[1]

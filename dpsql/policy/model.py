@@ -136,7 +136,7 @@ class Budget:
     accountant: "zcdp" (the default when delta > 0): each query is charged its zero-concentrated
         DP cost rho (and partition selection's delta), and the total must convert to within
         (epsilon, delta); "basic" (the default, and the only choice, when delta = 0): epsilons and
-        deltas add up (dpsql.accounting). Fixed per analyst at their first charge (dpsql.ledger)."""
+        deltas add up (dpsql.ledger.accounting). Fixed per analyst at their first charge (dpsql.ledger.budget)."""
     epsilon: float
     delta: float
     ledger: Path | None

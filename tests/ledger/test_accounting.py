@@ -1,4 +1,4 @@
-"""dpsql.accounting: each conversion against published values, an independent 60-digit computation
+"""dpsql.ledger.accounting: each conversion against published values, an independent 60-digit computation
 (mpmath) and Google's dp-accounting (when installed); the rigour of the directed rounding; the zCDP
 cost of each mechanism checked against its Renyi divergences computed from the definition."""
 from __future__ import annotations
