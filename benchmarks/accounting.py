@@ -38,7 +38,7 @@ from pathlib import Path
 import duckdb
 
 import dpsql
-from dpsql import accounting
+from dpsql.ledger import accounting
 from dpsql.datagen import demo_policy, generate
 from dpsql.errors import BudgetExhausted
 from dpsql.ledger import Ledger

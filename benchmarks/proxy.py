@@ -249,8 +249,10 @@ def measure_concurrency(kind: str, target: str, pol: dict, port: int, seconds: f
     """{clients: {config: {"qps", "lat": [seconds], "errors", "batches", "cpu"}}} for the count query.
     cpu: CPU milliseconds per query of dpsql's process (the proxy's, or this one for (d)) and of the
     PostgreSQL backends serving the config, measured over the run (load-independent, unlike q/s)."""
-    from dpsql import ledger as ledger_mod
-    group = getattr(ledger_mod, "_Group", None)     # None: a dpsql without group commit (for A/B runs)
+    try:
+        from dpsql.ledger.group_commit import Group as group
+    except ImportError:
+        group = None     # a dpsql without group commit (for A/B runs)
     template = QUERIES["count"]
     probe = dpsql.connect(target, policy=pol, analyst="bench_probe")
     floor_sql = _rewritten(probe, template.format(k=0))

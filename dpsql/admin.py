@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dpsql import demo
 from dpsql.analysis.analyze import check_policy_types
-from dpsql.engines.base import Engine, open_engine, path_sources
+from dpsql.engines import Engine, open_engine, path_sources
 from dpsql.errors import Error, PolicyError
 from dpsql.ledger import Ledger, Spending
-from dpsql.policy import Policy, load_policy, policy_problems
+from dpsql.policy import Policy, load_policy, locate, policy_problems
 from dpsql.session import _ledger_path, read_schema
 
 
@@ -40,8 +41,7 @@ class PolicyCheck:
 
 def data_dir() -> Path:
     """dpsql's data directory: $DPSQL_HOME, else $XDG_DATA_HOME/dpsql, else ~/.local/share/dpsql."""
-    from dpsql.demo import data_dir as _data_dir
-    return _data_dir()
+    return demo.data_dir()
 
 
 def spending_report(policy: Any) -> list[AnalystSpending]:
@@ -160,7 +160,6 @@ _PROBLEM = re.compile(r"^policy (?P<src>.+?): (?P<key>[\w-]+(?:\.[\w-]+)*): (?P<
 
 def _with_line(problem: str, source: str, text: str) -> str:
     """Insert 'line N: ' after the file name of a 'policy FILE: key: problem' message."""
-    from dpsql.policy import locate
     m = _PROBLEM.match(problem)
     if m is None or m.group("src") != source or not text:
         return problem

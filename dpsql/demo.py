@@ -4,7 +4,7 @@ ensure_demo() builds <data dir>/demo/demo.duckdb (20000 people, seed 0, from dps
 and policy.toml beside it on first use. Each file is built under a temporary name in the same
 directory and moved into place with os.replace, while holding an advisory lock, so two
 processes starting at once, or a crash mid-build, never leave a half-made demo. Once both
-files exist, ensure_demo only checks that they do (no duckdb import).
+files exist, ensure_demo only checks that they do.
 """
 from __future__ import annotations
 
@@ -17,6 +17,10 @@ import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+import duckdb
+
+from dpsql import datagen
 
 try:
     import fcntl
@@ -66,23 +70,17 @@ def ensure_demo(directory: Path | None = None) -> tuple[Path, Path]:
 
 
 def _demo_policy() -> dict[str, Any]:
-    from dpsql.datagen import demo_policy
-
-    return demo_policy("budget.sqlite", epsilon=DEMO_EPSILON, delta=DEMO_DELTA,
-                       query_epsilon=DEMO_QUERY_EPSILON, mechanism=DEMO_MECHANISM, accountant="zcdp",
-                       query_rho=DEMO_QUERY_RHO)
+    return datagen.demo_policy("budget.sqlite", epsilon=DEMO_EPSILON, delta=DEMO_DELTA,
+                               query_epsilon=DEMO_QUERY_EPSILON, mechanism=DEMO_MECHANISM, accountant="zcdp",
+                               query_rho=DEMO_QUERY_RHO)
 
 
 def _build_database(db: Path) -> None:
-    import duckdb
-
-    from dpsql.datagen import generate
-
     tmp = db.with_name(f"{_TMP}{uuid.uuid4().hex}-{db.name}")
     try:
         con = duckdb.connect(str(tmp))
         try:
-            generate(con, DEMO_PEOPLE, seed=DEMO_SEED)
+            datagen.generate(con, DEMO_PEOPLE, seed=DEMO_SEED)
             con.execute("CHECKPOINT")          # everything in the main file, no WAL to lose
         finally:
             con.close()

@@ -21,10 +21,11 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from dpsql.accounting import Plan
+import sqlglot
+
 from dpsql.analysis.plan import QueryPlan
 from dpsql.analysis.topk import TARGET
-from dpsql.cost import Cost
+from dpsql.ledger.accounting import Cost, Plan
 
 COLUMNS = ("item", "aggregate", "mechanism", "sensitivity", "epsilon", "delta", "noise_scale",
            "ci95_half_width", "detail", "rho", "queries")
@@ -47,7 +48,6 @@ def types(form: str) -> tuple[str, ...]:
 def pretty_sql(sql: str, dialect: str | None = None) -> list[str]:
     """The rewritten SQL over several lines (sqlglot's pretty printer; as it is if that fails)."""
     try:
-        import sqlglot
         text = sqlglot.transpile(sql, read=dialect, write=dialect, pretty=True)[0]
     except Exception:      # noqa: BLE001 - formatting only: fall back to the text as it is
         text = sql

@@ -28,7 +28,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Self
 
-from dpsql import accounting, explain, postprocess
+from dpsql import explain, postprocess
 from dpsql.analysis import auto_bounds
 from dpsql.analysis import topk as topk_plan
 from dpsql.analysis.analyze import (
@@ -42,8 +42,7 @@ from dpsql.analysis.analyze import (
 from dpsql.analysis.parse import Statement, classify
 from dpsql.analysis.plan import QueryPlan
 from dpsql.analysis.reconstruction import auto_cap, population_key
-from dpsql.cost import Cost
-from dpsql.engines.base import Engine, TableFacts, open_engine, path_sources
+from dpsql.engines import Engine, TableFacts, open_engine, path_sources
 from dpsql.errors import (
     BudgetExhausted,
     Error,
@@ -55,8 +54,8 @@ from dpsql.errors import (
     QueryRejected,
     SchemaChanged,
 )
-from dpsql.guard import AuditLog, answer_key, decode, encode
-from dpsql.ledger import ChargeParams, Ledger, Spending, SubsetCharge
+from dpsql.ledger import AuditLog, ChargeParams, Cost, Ledger, Spending, SubsetCharge, accounting
+from dpsql.ledger.answer_cache import answer_key, decode, encode
 from dpsql.noise import SecureRng, make_mechanism, vector
 from dpsql.noise.exponential import QuantileEM
 from dpsql.noise.mechanisms import epsilon_for_rho

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import shlex
 
+from dpsql.engines import open_engine
 from dpsql.engines.duckdb import file_columns, file_table_name, is_file_target
 from dpsql.errors import InterfaceError
 from dpsql.filetypes import file_type
@@ -64,7 +65,6 @@ def starter_policy(path: str) -> str:
 def database_starter_policy(target: str, tables: list[str]) -> str:
     """The text of a starter policy for `tables` of a database (a DuckDB file or a PostgreSQL
     URL): their column names and types from the catalog, nothing from the rows."""
-    from dpsql.engines.base import open_engine
     if not tables:
         raise InterfaceError("name the tables to protect: dpsql init DATABASE --table people --table visits "
                              "(or give a .csv, .tsv or .parquet file)")

@@ -1,9 +1,10 @@
 """The layering rule of docs/ARCHITECTURE.md, checked on the import statements.
 
-errors <- policy <- analysis <- rewrite <- session <- frontends; engines, noise, ledger, guard,
+errors <- policy <- analysis <- rewrite <- session <- frontends; engines, noise, ledger,
 postprocess sit beside and only session imports them; noise and ledger import no
-sqlglot; frontends import only session and errors. accounting (zCDP arithmetic) is a leaf that
-the ledger, explain and session use.
+sqlglot; frontends import only session and errors. ledger.accounting (zCDP arithmetic and Cost) is
+a leaf module of the ledger package with a layer of its own (SUBLAYERS): the analysis, explain and
+the rest of the ledger use it, and only session and admin import the ledger's SQLite store.
 """
 from __future__ import annotations
 
@@ -16,35 +17,46 @@ PKG = Path(__file__).resolve().parents[1] / "dpsql"
 ALLOWED = {
     "errors": set(),
     "sqltext": set(),     # a lexical leaf (quotes and comments), usable at every layer
-    "cost": set(),
     "dialects": set(),    # engine capabilities as data (sqlglot only), for the analysis and the rewrite
-    "accounting": set(),  # zCDP and composition arithmetic: a leaf, like cost
+    "ledger.accounting": set(),  # zCDP and composition arithmetic, and Cost: a leaf
     "filetypes": {"errors"},   # declared types of file tables: what the policy, the engines and init share
     "policy": {"errors", "filetypes"},
-    "analysis": {"errors", "policy", "cost", "analysis", "sqltext", "dialects"},
-    "rewrite": {"errors", "policy", "cost", "analysis", "rewrite", "dialects"},
+    "analysis": {"errors", "policy", "ledger.accounting", "analysis", "sqltext", "dialects"},
+    "rewrite": {"errors", "policy", "ledger.accounting", "analysis", "rewrite", "dialects"},
     "engines": {"errors", "engines", "filetypes"},
     "noise": {"errors", "noise"},
-    "ledger": {"errors", "accounting"},
-    "guard": {"errors"},  # answer cache codec and audit log, beside the ledger
-    "explain": {"analysis", "cost", "accounting"},  # EXPLAIN DP rows: formatting for the session
+    "ledger": {"errors", "ledger.accounting"},  # the store, group commit, answer cache and audit log
+    "explain": {"analysis", "ledger.accounting"},  # EXPLAIN DP rows: formatting for the session
     "postprocess": {"errors"},
     "datagen": set(),
     "demo": {"datagen"},
-    "session": {"errors", "policy", "cost", "accounting", "analysis", "rewrite", "engines", "noise", "ledger", "guard",
+    "session": {"errors", "policy", "ledger.accounting", "analysis", "rewrite", "engines", "noise", "ledger",
                 "explain", "postprocess", "demo"},
     "admin": {"errors", "policy", "analysis", "engines", "ledger", "session", "demo"},   # budget report, policy check
     "starter": {"errors", "engines", "filetypes"},    # `dpsql init`: a starter policy from a file's names and types
     "frontends": {"errors", "session", "admin", "frontends", "sqltext", "starter"},
     "__init__": {"errors", "frontends"},
 }
-NO_SQLGLOT = {"noise", "ledger", "guard", "postprocess", "engines", "policy", "errors", "cost", "sqltext", "accounting",
+NO_SQLGLOT = {"noise", "ledger", "postprocess", "engines", "policy", "errors", "sqltext", "ledger.accounting",
               "filetypes"}
+# package -> its modules that have a layer of their own (a leaf others may import without the package's rest)
+SUBLAYERS = {"ledger": {"accounting"}}
 
 
 def _group(path: Path) -> str:
     rel = path.relative_to(PKG)
-    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+    if len(rel.parts) == 1:
+        return rel.stem
+    if rel.parts[1].removesuffix(".py") in SUBLAYERS.get(rel.parts[0], ()):
+        return f"{rel.parts[0]}.{rel.parts[1].removesuffix('.py')}"
+    return rel.parts[0]
+
+
+def _target(parts: list[str]) -> str:
+    """The layer of the imported name dpsql.<parts[1]>.<...> (parts: the dotted name split, "dpsql" first)."""
+    if len(parts) > 2 and parts[2] in SUBLAYERS.get(parts[1], ()):
+        return f"{parts[1]}.{parts[2]}"
+    return parts[1]
 
 
 def _imports(path: Path):
@@ -55,9 +67,9 @@ def _imports(path: Path):
                 yield a.name
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             yield node.module
-            if node.module == "dpsql":
-                for a in node.names:
-                    yield f"dpsql.{a.name}"
+            if node.module.split(".")[0] == "dpsql" and node.module.count(".") <= 1:
+                for a in node.names:         # `from dpsql.ledger import accounting` names a module
+                    yield f"{node.module}.{a.name}"
 
 
 def test_every_module_has_a_layer():
@@ -75,7 +87,7 @@ def test_imports_point_left_only():
                 bad.append(f"{path.relative_to(PKG)} imports sqlglot")
             if parts[0] != "dpsql" or len(parts) < 2:
                 continue
-            target = parts[1]
+            target = _target(parts)
             if target not in ALLOWED[group] and target != group:
                 bad.append(f"{path.relative_to(PKG)} imports dpsql.{target}")
     assert not bad, "layering violations:\n" + "\n".join(bad)

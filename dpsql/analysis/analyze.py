@@ -68,7 +68,7 @@ from dpsql.analysis.sqltypes import NUMERIC, date_bounds_problem, family, tracki
 from dpsql.analysis.subset import CMP, refuse_expression
 from dpsql.analysis.suggest import table_hint
 from dpsql.analysis.suggest import undeclared_table_hint as _or_ask
-from dpsql.cost import Cost
+from dpsql.ledger.accounting import Cost
 from dpsql.dialects import dialect as engine_dialect
 from dpsql.errors import QueryRejected, UndefinedTable
 from dpsql.policy import Policy, TablePolicy

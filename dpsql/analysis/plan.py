@@ -27,7 +27,7 @@ from typing import Any
 from sqlglot import exp
 
 from dpsql.analysis.relation import Relation
-from dpsql.cost import Cost
+from dpsql.ledger.accounting import Cost
 from dpsql.policy import TablePolicy
 
 Expr = tuple

@@ -118,8 +118,8 @@ class SparkEngine:
 
     def _start(self, master: str, settings: dict[str, str]) -> Any:
         try:
-            from pyspark import SparkContext
-            from pyspark.sql import SparkSession
+            from pyspark import SparkContext          # optional dependency: dpsql[spark]
+            from pyspark.sql import SparkSession      # optional dependency: dpsql[spark]
         except ImportError:
             raise InterfaceError("the Spark backend needs pyspark: pip install 'dpsql[spark]'") from None
         with _contexts_lock:

@@ -173,7 +173,7 @@ def test_explain_names_k_and_the_range():
     from dpsql.rewrite import to_sql
     plan = _plan("SELECT state, CORR(age, income) FROM people WHERE sex = 'F' GROUP BY state")
     mechs = {s.target: make_mechanism(s.mechanism, s.sensitivity, s.epsilon, s.delta) for s in plan.noise}
-    from dpsql.cost import Cost
+    from dpsql.ledger import Cost
     rows = explain.private_rows(plan, to_sql(plan), mechs, None, charged=Cost(1.0, 0.0, 0.5), surcharge=0.0,
                                 recon=None, cached=False, series=None)
     value = next(r for r in rows if r[0] == "value")
@@ -184,7 +184,7 @@ def test_explain_mixed_shows_each_measure():
     """EXPLAIN DP of a mixed query: one value row per measure, each with its mechanism and its share
     of epsilon; the block measures name k and the range; the charge says how it is split."""
     from dpsql import explain
-    from dpsql.cost import Cost
+    from dpsql.ledger import Cost
     from dpsql.noise.mechanisms import make_mechanism
     from dpsql.rewrite import to_sql
     plan = _plan("SELECT state, COUNT(*), AVG(income), CORR(age, income), COVAR_POP(age, income) "

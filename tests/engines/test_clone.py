@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from dpsql.engines.base import open_engine
+from dpsql.engines import open_engine
 from dpsql.errors import EngineError, QueryCanceled
 
 # A query that runs for seconds on each engine, and one to check an answer.

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 import dpsql
-from dpsql.engines.base import open_engine
+from dpsql.engines import open_engine
 from dpsql.engines.postgres import PostgresEngine, _bind, _bound
 from dpsql.errors import EngineError, InterfaceError, QueryCanceled, QueryRejected
 

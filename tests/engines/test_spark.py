@@ -7,7 +7,7 @@ import time
 import pytest
 
 import dpsql
-from dpsql.engines.base import open_engine
+from dpsql.engines import open_engine
 from dpsql.engines.spark import SparkEngine, is_path, master_of
 from dpsql.errors import EngineError, InterfaceError, QueryCanceled, QueryRejected
 from tests.conftest import export_parquet, file_types, policy_for

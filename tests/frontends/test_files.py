@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from dpsql import errors
-from dpsql.engines.base import open_engine
+from dpsql.engines import open_engine
 from dpsql.engines.duckdb import file_table_name
 from dpsql.frontends.cli import cli
 

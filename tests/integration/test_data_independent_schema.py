@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 import dpsql
 from dpsql import errors
-from dpsql.engines.base import open_engine
+from dpsql.engines import open_engine
 from dpsql.frontends.cli import cli
 from dpsql.frontends.commands import describe_result, tables_result
 from dpsql.policy import load_policy

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import dpsql
-from dpsql.guard import decode, encode
+from dpsql.ledger.answer_cache import decode, encode
 from dpsql.noise.rng import SeededRng
 from tests.conftest import policy_for
 

@@ -10,7 +10,7 @@ from fractions import Fraction
 import pytest
 
 import dpsql
-from dpsql import accounting
+from dpsql.ledger import accounting
 from dpsql.admin import spending_report
 from dpsql.errors import BudgetExhausted, InvalidSetting, PolicyError
 from dpsql.policy import load_policy

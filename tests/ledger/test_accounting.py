@@ -1,4 +1,4 @@
-"""dpsql.accounting: each conversion against published values, an independent 60-digit computation
+"""dpsql.ledger.accounting: each conversion against published values, an independent 60-digit computation
 (mpmath) and Google's dp-accounting (when installed); the rigour of the directed rounding; the zCDP
 cost of each mechanism checked against its Renyi divergences computed from the definition."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from fractions import Fraction
 import mpmath as mp
 import pytest
 
-from dpsql import accounting as A
+from dpsql.ledger import accounting as A
 from dpsql.noise import make_mechanism
 from dpsql.noise.mechanisms import epsilon_for_rho, rho_bound
 

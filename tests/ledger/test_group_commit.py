@@ -2,7 +2,7 @@
 one COMMIT, each is checked against the running totals in order, one failing charge refuses only
 itself, and no charge returns (so no answer is released) before the COMMIT holding it has returned.
 
-The only instrumentation is ``_Group.on_commit``, called just before and just after the batch's
+The only instrumentation is ``Group.on_commit``, called just before and just after the batch's
 COMMIT; SQLite itself is never replaced."""
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from fractions import Fraction
 import pytest
 
 from dpsql.errors import BudgetExhausted, OperationalError, QueryRejected
-from dpsql.ledger import Ledger, SubsetCharge, _Group
+from dpsql.ledger import Ledger, SubsetCharge
+from dpsql.ledger.group_commit import Group
 from tests.ledger.test_ledger import LAPLACE, _python, _race
 
 BUDGET = {"epsilon_total": 1.0, "delta_total": 1e-6}
@@ -56,7 +57,7 @@ def held_batch(ledger: Ledger, monkeypatch, calls: list, hook=None) -> tuple[lis
     """Run `calls` from one thread each, all in one batch: a plug charge's batch holds its COMMIT
     until every call has queued behind it. Returns each call's outcome (row id or exception)."""
     commits = Commits(ledger, hold=len(calls))
-    monkeypatch.setattr(_Group, "on_commit", hook(commits) if hook else commits)
+    monkeypatch.setattr(Group, "on_commit", hook(commits) if hook else commits)
     plug = threading.Thread(target=lambda: ledger.charge("plug", 0.01, 0.0, **BUDGET, **LAPLACE))
     plug.start()
     while ledger._group.queue or not ledger._group.leading:     # until the plug's batch is led
@@ -106,7 +107,7 @@ def test_no_charge_returns_before_its_commit(tmp_path, monkeypatch):
             time.sleep(0.002)           # widen the window in which a premature release would show
         commits(phase, ids)
 
-    monkeypatch.setattr(_Group, "on_commit", hook)
+    monkeypatch.setattr(Group, "on_commit", hook)
     violations: list[str] = []
 
     def spend(i: int) -> int:
@@ -148,7 +149,7 @@ def test_a_batch_checks_each_charge_against_the_running_total(ledger, monkeypatc
 
 
 def test_zcdp_charges_in_one_batch_never_overspend(ledger, monkeypatch):
-    from dpsql import accounting
+    from dpsql.ledger import accounting
     rho = Fraction(1, 200)
     calls = [lambda: ledger.charge("ann", 0.1, 0.0, **BUDGET, **LAPLACE, rho=rho, zcdp_delta=0.0,
                                    accountant="zcdp") for _ in range(60)]
@@ -243,7 +244,7 @@ def test_ledgers_of_one_file_share_a_group_and_its_durable_connection(tmp_path):
         a.close()
         b.close()
         other.close()
-    assert _Group._registry.get((__import__("os").getpid(), str((tmp_path / "l.sqlite").resolve()))) is None
+    assert Group._registry.get((__import__("os").getpid(), str((tmp_path / "l.sqlite").resolve()))) is None
     with Ledger(tmp_path / "l.sqlite") as c:          # a fresh group after the last one closed
         assert c.spending("ann", **BUDGET).epsilon_spent == 0.1
         c.charge("ann", 0.1, 0.0, **BUDGET, **LAPLACE)
@@ -310,7 +311,7 @@ def test_no_answer_is_released_before_its_charge_is_committed(people_db, tmp_pat
         if phase == "commit":
             time.sleep(0.003)
 
-    monkeypatch.setattr(_Group, "on_commit", hook)
+    monkeypatch.setattr(Group, "on_commit", hook)
     violations: list[str] = []
     with Backend(people_db, pol) as backend:
         def ask(i: int) -> int:
@@ -345,7 +346,7 @@ def test_an_interrupted_waiter_withdraws_its_charge_and_the_queue_goes_on(ledger
         if phase == "commit" and ids and not gate.is_set():
             gate.wait(30)                      # the plug's batch waits until the test lets it go
 
-    monkeypatch.setattr(_Group, "on_commit", hook)
+    monkeypatch.setattr(Group, "on_commit", hook)
     group = ledger._group
     plug = threading.Thread(target=lambda: ledger.charge("plug", 0.01, 0.0, **BUDGET, **LAPLACE))
     plug.start()
@@ -434,8 +435,8 @@ def test_the_gathering_window_is_bounded(ledger, monkeypatch):
     again, but never longer than the window; a lone charger after a lone batch does not wait."""
     calls = [lambda: ledger.charge("ann", 0.01, 0.0, **BUDGET, **LAPLACE)] * 5
     held_batch(ledger, monkeypatch, calls)                  # the last batch held 5 charges
-    monkeypatch.setattr(_Group, "on_commit", None)
-    monkeypatch.setattr(_Group, "window", 1.0)
+    monkeypatch.setattr(Group, "on_commit", None)
+    monkeypatch.setattr(Group, "window", 1.0)
     t0 = time.monotonic()
     ledger.charge("ann", 0.01, 0.0, **BUDGET, **LAPLACE)    # waits for 4 more that never come
     waited = time.monotonic() - t0

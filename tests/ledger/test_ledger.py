@@ -199,9 +199,9 @@ def test_charge_params_record_what_they_were_made_from(ledger):
 def test_numpy_values_are_accepted():
     import numpy as np
 
-    from dpsql.ledger import _amount, _encode_params
-    assert _amount("epsilon", np.float64(0.1)) == Decimal("0.1")
-    assert json.loads(_encode_params("m", {"k": np.int64(-40), "s": np.float64(0.5)})) == {"k": -40, "s": 0.5}
+    from dpsql.ledger.params import amount, encode_params
+    assert amount("epsilon", np.float64(0.1)) == Decimal("0.1")
+    assert json.loads(encode_params("m", {"k": np.int64(-40), "s": np.float64(0.5)})) == {"k": -40, "s": 0.5}
 
 
 def test_analysts_sorted(ledger):

@@ -14,7 +14,7 @@ from fractions import Fraction
 
 import pytest
 
-from dpsql import accounting
+from dpsql.ledger import accounting
 from dpsql.errors import BudgetExhausted
 from dpsql.ledger import SCHEMA_VERSION, Ledger
 from dpsql.noise import make_mechanism

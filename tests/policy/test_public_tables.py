@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 import dpsql
 from dpsql.demo import policy_toml
-from dpsql.engines.base import open_engine
+from dpsql.engines import open_engine
 from dpsql.errors import PolicyError, QueryRejected
 from dpsql.frontends.cli import cli
 from dpsql.policy import load_policy

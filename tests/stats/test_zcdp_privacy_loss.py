@@ -32,7 +32,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dpsql import accounting
+from dpsql.ledger import accounting
 from dpsql.noise import SeededRng, make_mechanism
 from dpsql.noise.mechanisms import _snap, gaussian_delta
 

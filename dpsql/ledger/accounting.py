@@ -39,7 +39,7 @@ Claims (each with its source; tests in tests/ledger/test_accounting.py)
    checked before each release form a privacy filter (Rogers, Roth, Ullman & Vadhan, NeurIPS 2016
    for basic composition; Feldman & Zrnic, NeurIPS 2021 and Whitehouse, Ramdas, Rogers & Wu, ICML
    2023 for Renyi/zCDP filters). A filter must be fixed in advance: hence the accountant is fixed
-   per analyst when spending starts and never switched (dpsql.ledger).
+   per analyst when spending starts and never switched (dpsql.ledger.budget).
 5. Conversion. rho-zCDP implies (eps, delta')-DP for every alpha > 1 with
         eps = alpha rho + (ln(1/delta') - ln alpha) / (alpha - 1) + ln(1 - 1/alpha)
    (CKS20, Prop. 12 / Cor. 13; the infimum over alpha is the tight conversion of a rho-zCDP
@@ -91,6 +91,7 @@ from functools import lru_cache
 
 __all__ = [
     "ACCOUNTANTS",
+    "Cost",
     "RHO_DIGITS",
     "Plan",
     "advanced_count",
@@ -124,6 +125,28 @@ _INF = Decimal("Infinity")
 
 
 # -- a query's cost ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """An (epsilon, delta) privacy cost, and, once the mechanisms are known, its zero-concentrated
+    DP cost: rho (exact) and the delta outside zCDP (partition selection).
+
+    Adding two costs is sequential composition: running several mechanisms on the same data costs
+    the sum of their (epsilon, delta), and of their rho and delta parts (claim 4). Parallel
+    composition (mechanisms on disjoint sets of privacy units cost the maximum: Dwork & Roth 2014,
+    Thm 3.14 and McSherry 2009) is applied only across GROUP BY partitions after contribution
+    bounding has limited each unit to `max_groups_per_unit` groups, where the per-group
+    sensitivity is multiplied by that limit instead (Wilson et al. 2020)."""
+    epsilon: float
+    delta: float = 0.0
+    rho: Fraction | None = None          # None: not (yet) computed
+    zcdp_delta: float = 0.0
+
+    def __add__(self, other: Cost) -> Cost:
+        rho = None if self.rho is None or other.rho is None else self.rho + other.rho
+        return Cost(self.epsilon + other.epsilon, self.delta + other.delta, rho,
+                    self.zcdp_delta + other.zcdp_delta)
+
 
 def decimal_up(x: Fraction | int | Decimal) -> Decimal:
     """The smallest decimal of RHO_DIGITS significant digits that is >= x (x >= 0)."""
