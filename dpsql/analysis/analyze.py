@@ -45,11 +45,10 @@ from dpsql.analysis.normalize import (
     normalize,
     output_name,
 )
+from dpsql.analysis.measures import CenteredSum, Count, Measure, Mechanism, NoiseSpec, SampleAggregate, SquaredSum, Sum
 from dpsql.analysis.plan import (
     Expr,
     GroupKey,
-    Measure,
-    NoiseSpec,
     Output,
     QueryPlan,
     Selection,
@@ -506,7 +505,7 @@ class _Analysis:
             raise QueryRejected("a query without aggregates", "dpsql releases only COUNT, SUM and AVG",
                                 "add COUNT(*) or another aggregate")
         sa.check(self.measures.values())
-        if any(m.kind == "sample" for m in self.measures.values()) and (
+        if any(isinstance(m, SampleAggregate) for m in self.measures.values()) and (
                 quantile_measures.plan_quantiles(self) or distinct_counts.plan_distincts(self)):
             raise QueryRejected("sample-and-aggregate beside quantiles or COUNT(DISTINCT ...)",
                                 "CORR, COVAR_* and REGR_* are answered by their own block rewrite",
@@ -710,13 +709,12 @@ class _Analysis:
             if not isinstance(col, exp.Column) or self.resolve(col, "COUNT")[0] not in self.rel.unit_class:
                 return distinct_counts.aggregate(self, col, cond)     # another column: dpsql.analysis.distinct
             # each unit adds 1 to each group it has a (passing) row in: a count clamped to 1
-            return ("ref", self._measure("count", None, None, False, f"COUNT(DISTINCT {col.name}){suffix}",
-                                         cond, cap=1).name)
+            return ("ref", self._measure(Count, None, f"COUNT(DISTINCT {col.name}){suffix}", cond, cap=1).name)
         if isinstance(node, exp.Count):
             if isinstance(arg, exp.Star):
-                return ("ref", self._measure("count", None, None, False, f"COUNT(*){suffix}", cond).name)
+                return ("ref", self._measure(Count, None, f"COUNT(*){suffix}", cond).name)
             d = self._input(arg, "COUNT")
-            return ("ref", self._measure("count", d, None, False, f"COUNT({d.label}){suffix}", cond).name)
+            return ("ref", self._measure(Count, d, f"COUNT({d.label}){suffix}", cond).name)
         d = self._input(arg, fname)
         if not d.bounded:
             raise QueryRejected(f"{fname}({d.label})", "the column has no declared bounds, so one person's "
@@ -725,20 +723,20 @@ class _Analysis:
         if d.kind != "num":
             raise QueryRejected(f"{fname}({d.label})", "the column is not numeric")
         if isinstance(node, exp.Sum):
-            return ("ref", self._measure("sum", d, d, False, f"SUM({d.label}){suffix}", cond).name)
-        s = self._measure("sum", d, d, True, f"{fname.upper()}({d.label}) centered sum{suffix}", cond)
-        c = self._measure("count", d, None, False, f"COUNT({d.label}){suffix}", cond)
+            return ("ref", self._measure(Sum, d, f"SUM({d.label}){suffix}", cond).name)
+        s = self._measure(CenteredSum, d, f"{fname.upper()}({d.label}) centered sum{suffix}", cond)
+        c = self._measure(Count, d, f"COUNT({d.label}){suffix}", cond)
         if isinstance(node, exp.Avg):
             return ("avg", s.name, c.name, float(s.lo), float(s.hi))
         if max(abs(d.lo), abs(d.hi)) >= VAR_LIMIT:
             # The squared sum adds (2x - (lo + hi))^2 in the engine's 128-bit (or 38-digit) type
-            # (dpsql.rewrite.aggregates.row_aggregate): with |lo|, |hi| < 1e17 (and so their
+            # (dpsql.analysis.measures.SquaredSum.row_aggregate): with |lo|, |hi| < 1e17 (and so their
             # scaled integers, dpsql.analysis.bind.exact_bounds), each term is at most 4e34 < 1e38
             # on every row; wider bounds could overflow on some rows (an error oracle).
             raise QueryRejected(f"{fname}({d.label})", f"its bounds reach {float(max(abs(d.lo), abs(d.hi))):g}: the "
                                 "squares of values of 1e17 or more could overflow the engine's numbers",
                                 "scale the value down, or clamp it with LEAST/GREATEST")
-        q = self._measure("sum", d, d, False, f"{fname.upper()}({d.label}) squared sum{suffix}", cond, squared=True)
+        q = self._measure(SquaredSum, d, f"{fname.upper()}({d.label}) squared sum{suffix}", cond)
         sample = isinstance(node, (exp.Variance, exp.Stddev, exp.StddevSamp))
         root = isinstance(node, (exp.Stddev, exp.StddevSamp, exp.StddevPop))
         return ("var", s.name, q.name, c.name, float(s.lo), float(s.hi), sample, root)
@@ -764,22 +762,21 @@ class _Analysis:
                       d.integral and d.lo is not None and d.lo.denominator == 1 and d.hi.denominator == 1,
                       _describe(d))
 
-    def _measure(self, kind: str, d: _Input | None, bounds: _Input | None, centered: bool, label: str,
-                 cond: exp.Expression | None = None, *, squared: bool = False, cap: int | None = None) -> Measure:
-        key = (kind, d.key if d is not None else None, centered, squared, cap,
-               cond.sql("postgres") if cond is not None else None)
+    def _measure(self, cls: type[Measure], d: _Input | None, label: str, cond: exp.Expression | None = None,
+                 *, cap: int | None = None) -> Measure:
+        """The measure of class cls over input d (None: COUNT(*)), shared by equal aggregates."""
+        key = (cls, d.key if d is not None else None, cap, cond.sql("postgres") if cond is not None else None)
         if key not in self.measures:
             name = f"_v{len(self.measures)}"
             column = d.label if d is not None else None
-            if kind == "sum":
-                assert bounds is not None and bounds.lo is not None
-                lo, hi, scale = exact_bounds(bounds.lo, bounds.hi, bounds.sql_type, bounds.whole)
-                m = Measure(name, kind, column, centered, lo, hi, scale, label, d.sql, cond, squared,
-                            derived=d.derived,
-                            cast_in_bounds=scale != 1 and cast_in_bounds(d.sql_type, lo, hi, scale))
+            if issubclass(cls, Sum):
+                assert d is not None and d.lo is not None
+                lo, hi, scale = exact_bounds(d.lo, d.hi, d.sql_type, d.whole)
+                m: Measure = cls(name, column, lo, hi, scale, label, d.sql, cond, derived=d.derived,
+                                 cast_in_bounds=scale != 1 and cast_in_bounds(d.sql_type, lo, hi, scale))
             else:
-                m = Measure(name, kind, column, label=label, input=d.sql if d is not None else None, filter=cond,
-                            cap=cap, derived=d.derived if d is not None else None)
+                m = Count(name, column, label=label, input=d.sql if d is not None else None, filter=cond,
+                          cap=cap, derived=d.derived if d is not None else None)
             self.measures[key] = m
         return self.measures[key]
 
@@ -864,30 +861,23 @@ class _Analysis:
         quantiles = quantile_measures.plan_quantiles(self)
         distincts = distinct_counts.plan_distincts(self)
         self._check_work(domain_size, len(measures) + len(quantiles) + len(distincts), len(quantiles))
-        units_only = bounded and all(m.kind == "count" and m.input is None and m.filter is None
+        units_only = bounded and all(isinstance(m, Count) and m.input is None and m.filter is None
                                      and (rows == 1 or m.cap == 1) for m in measures)
         needs_selection = bool(self.keys) and not public
         parts = len(measures) + len(quantiles) + len(distincts) + (1 if needs_selection else 0)
         eps_part = s.epsilon / parts
-        gaussian = s.mechanism != "laplace"
+        gaussian = Mechanism(s.mechanism).gaussian
         delta_parts = (len(measures) + len(distincts) if gaussian else 0) + (1 if needs_selection else 0)
         if delta_parts and s.delta <= 0:
             raise self._no_delta(needs_selection, gaussian)
         delta_part = s.delta / delta_parts if delta_parts else 0.0
-        noise = []
-        for m in measures:
-            linf = sens.per_group_bound(m, rows)
-            if linf == 0:
-                linf = Fraction(1, 10**6)   # a measure that cannot vary; keep the mechanisms well-defined
-            noise.append(NoiseSpec(m.name, s.mechanism, sens.l1(linf, l0), sens.l2(linf, l0), float(linf),
-                                   eps_part, delta_part if gaussian else 0.0))
-        noise += [distinct_counts.noise_spec(dc, s.mechanism, rows, l0, eps_part, delta_part) for dc in distincts]
-        noise += [quantile_measures.noise_spec(q, rows, l0, eps_part) for q in quantiles]
+        # each part (measure, distinct count, quantile: a measures.Part) at its share of the budget
+        noise = [p.noise_spec(s.mechanism, rows, l0, eps_part, delta_part) for p in (*measures, *distincts, *quantiles)]
         selection = sel_noise = None
         if needs_selection:
             thr = sens.selection_threshold(eps_part, delta_part, l0)
             selection = Selection(eps_part, delta_part, l0, thr)
-            sel_noise = NoiseSpec("_units", "laplace", float(l0), math.sqrt(l0), 1.0, eps_part, 0.0)
+            sel_noise = NoiseSpec("_units", Mechanism.LAPLACE, float(l0), math.sqrt(l0), 1.0, eps_part, 0.0)
         cost = Cost(s.epsilon, s.delta if delta_parts else 0.0)
         table = next(iter(rel.policies))
         first = next(i for i in rel.instances if i.protected)
