@@ -502,7 +502,7 @@ class Session:
         (MIN, MAX) as text instead (arithmetic on a public column: analyze._public_range)."""
         from sqlglot import exp as _exp
 
-        from dpsql.analysis.analyze import MAX_PUBLIC_GROUPS
+        from dpsql.analysis.budget import MAX_PUBLIC_GROUPS
         if what == "range":
             c = _exp.column(column)
             sel = _exp.select(*(_exp.Cast(this=f(this=c.copy()), to=_exp.DataType.build("TEXT"))

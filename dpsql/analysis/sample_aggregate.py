@@ -40,7 +40,7 @@ each variance at most a quarter of its squared width, Popoviciu) and COVAR_SAMP 
 ([functions] regr_slope = { lower = ..., upper = ... }). A declared range overrides a derived one.
 
 Beside other aggregates: each sample-and-aggregate measure is one more measure of the query,
-with its share of the query's epsilon as every measure has (dpsql.analysis.analyze._finish), and
+with its share of the query's epsilon as every measure has (dpsql.analysis.budget.Budget._finish), and
 the same L0 and partition selection; the rewrite joins the block sums to the other measures by
 the group keys (dpsql.rewrite.sample_aggregate.combined, with the composition argument).
 
