@@ -176,7 +176,7 @@ class EngineDialect:
         backtracking regex: n^k time on a row of n characters for k %s; dpsql.rewrite.like).
     narrow_sums: sums are computed in BIGINT wherever the bounds prove they fit, and only the
         engine's SUM widens them (PostgreSQL: SUM(int8) accumulates in 128-bit integers, where its
-        NUMERIC arithmetic and NUMERIC sums are several times slower; dpsql.rewrite.aggregates).
+        NUMERIC arithmetic and NUMERIC sums are several times slower; dpsql.analysis.measures).
     having_to_where: the planner moves a HAVING condition that holds no aggregate into WHERE, even a
         CASE (PostgreSQL), so a group-level filter meant for groups runs on every row; the primary-key
         shortcut's domain filter then also says COUNT(*) > 0 (true of every group) to stay a group

@@ -23,6 +23,7 @@ from typing import Any
 
 import sqlglot
 
+from dpsql.analysis.measures import SampleAggregate
 from dpsql.analysis.plan import QueryPlan
 from dpsql.analysis.topk import TARGET
 from dpsql.ledger.accounting import Cost, Plan
@@ -112,9 +113,9 @@ def private_rows(plan: QueryPlan, sql: str, mechs: dict, sel: Any, *, charged: C
         rows.append(("value", m.label, mech.name, spec.sensitivity, spec.epsilon, spec.delta,
                      mech.scale, mech.half_width(),
                      (f"measured afresh on the {top.k} selected keys only; " if top is not None else "")
-                     + f"{'L1' if spec.mechanism == 'laplace' else 'L2'} sensitivity = "
+                     + f"{'L1' if spec.mechanism.l1 else 'L2'} sensitivity = "
                      f"{groups} x {spec.linf:g} per group"
-                     + (f"; {m.derived}" if m.sample is not None
+                     + (f"; {m.derived}" if isinstance(m, SampleAggregate)
                         else f"; the expression's derived {m.derived}" if m.derived else ""), float(mech.rho)))
     rows += _quantile_rows(plan, mechs)
     if sel is not None:
@@ -188,7 +189,7 @@ def _quantile_rows(plan: QueryPlan, mechs: dict) -> list[tuple]:
     for dc in plan.distincts:
         mech, spec = mechs[dc.name], specs[dc.name]
         out.append(("value", dc.label, mech.name, spec.sensitivity, spec.epsilon, spec.delta, mech.scale,
-                    mech.half_width(), f"{'L1' if spec.mechanism == 'laplace' else 'L2'} sensitivity = {plan.l0} "
+                    mech.half_width(), f"{'L1' if spec.mechanism.l1 else 'L2'} sensitivity = {plan.l0} "
                     f"group(s) per unit x {spec.linf:g} distinct value(s) per unit and group (each unit's values "
                     f"are bounded first)", float(mech.rho)))
     for q in plan.quantiles:

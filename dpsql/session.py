@@ -40,6 +40,7 @@ from dpsql.analysis.analyze import (
     family,
 )
 from dpsql.analysis.parse import Statement, classify
+from dpsql.analysis.measures import Count, Mechanism, SampleAggregate
 from dpsql.analysis.plan import QueryPlan
 from dpsql.analysis.reconstruction import auto_cap, population_key
 from dpsql.engines import Engine, TableFacts, open_engine, path_sources
@@ -344,7 +345,7 @@ class Session:
     def _present(self, r: Result, plan: QueryPlan) -> Result:
         """The released result as this session's settings show it (postprocess.present): only
         post-processing of released values and public facts of the plan."""
-        counts = postprocess.through([o.noisy and o.expr[0] == "ref" and self._measure_kind(plan, o.expr[1]) == "count"
+        counts = postprocess.through([o.noisy and o.expr[0] == "ref" and _is_count(plan, o.expr[1])
                                       for o in plan.outputs], plan.wraps, False)
         noisy = postprocess.through([o.noisy for o in plan.outputs], plan.wraps, False)
         bounds = postprocess.through([(float(o.expr[3]), float(o.expr[4])) if o.noisy and o.expr[0] == "avg" else None
@@ -370,10 +371,6 @@ class Session:
             r.topk = (f"; the rows are the {'top' if t.desc else 'bottom'} {t.k} of {t.candidates} keys chosen by "
                       "report-noisy-max, in its rank order (SET dpsql.topk)")
         return r
-
-    @staticmethod
-    def _measure_kind(plan: QueryPlan, name: str) -> str | None:
-        return next((m.kind for m in plan.measures if m.name == name), None)
 
     def _run(self, planned: QueryPlan | PublicQuery) -> Result:
         if isinstance(planned, PublicQuery):
@@ -481,7 +478,7 @@ class Session:
         ref = plan.cost.epsilon
         parts = ()
         for spec in plan.noise:
-            if spec.mechanism == "noisy_max":   # k peels of the exponential mechanism
+            if spec.mechanism is Mechanism.NOISY_MAX:   # k peels of the exponential mechanism
                 parts += topk_plan.rho_parts(plan.topk.k, spec.epsilon / ref)
             else:
                 parts += ((spec.mechanism, spec.epsilon / ref, spec.delta),)
@@ -501,10 +498,10 @@ class Session:
     def _domain(self, table: str, column: str, what: str = "values") -> tuple:
         """A public table column's distinct values as text (a GROUP BY key's public domain): public
         data, read once per query; at most MAX_PUBLIC_GROUPS + 1 of them. what="range": its
-        (MIN, MAX) as text instead (arithmetic on a public column: analyze._public_range)."""
+        (MIN, MAX) as text instead (arithmetic on a public column: grouping.Grouping._public_range)."""
         from sqlglot import exp as _exp
 
-        from dpsql.analysis.analyze import MAX_PUBLIC_GROUPS
+        from dpsql.analysis.budget import MAX_PUBLIC_GROUPS
         if what == "range":
             c = _exp.column(column)
             sel = _exp.select(*(_exp.Cast(this=f(this=c.copy()), to=_exp.DataType.build("TEXT"))
@@ -533,7 +530,7 @@ class Session:
         if kept is not None:
             return kept
         mechs = {spec.target: make_mechanism(spec.mechanism, spec.sensitivity, spec.epsilon, spec.delta)
-                 for spec in plan.noise if spec.mechanism not in ("exponential", "noisy_max")}
+                 for spec in plan.noise if spec.mechanism.additive}
         mechs.update(_quantile_mechanisms(plan))
         t = plan.topk
         if t is not None:
@@ -596,7 +593,7 @@ class Session:
                 raise
             if subset is not None:     # audited before anything runs: an unaudited answer is never released
                 self._audit("subset_charged", plan, charged=charged, subset=subset, surcharge=surcharge)
-        salted = plan.group_choice or any(m.sample is not None for m in plan.measures) or needs_salt(plan)
+        salted = plan.group_choice or any(isinstance(m, SampleAggregate) for m in plan.measures) or needs_salt(plan)
         bind = {SALT: self.rng.randbits(63)} if salted else None
         rows = self.engine.run(sql, bind, expect=self._expect([ref for _, ref in plan.tables]), before=charge)
         # From here on the charge is recorded (charge() ran inside the engine's transaction) and
@@ -1477,3 +1474,8 @@ class Backend:
 def _laplace(sensitivity: float, epsilon: float, value, rng) -> float:
     """value + Laplace(sensitivity / epsilon) noise, by the exact sampler (for AboveThreshold)."""
     return make_mechanism("laplace", sensitivity, epsilon, 0.0).release(Fraction(value), rng)
+
+
+def _is_count(plan: QueryPlan, name: str) -> bool:
+    """Whether the released value `name` is a Count measure (not a sum, quantile or distinct count)."""
+    return any(isinstance(m, Count) and m.name == name for m in plan.measures)

@@ -50,6 +50,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from dpsql.analysis.measures import Count, SampleAggregate
 from dpsql.errors import QueryRejected
 
 SHARE = Fraction(1, 10)     # of the query's epsilon, for choosing the bound
@@ -103,18 +104,19 @@ def find(plan, policy, epsilon: float) -> AutoBound | None:
     rel = plan.relation
     found: set[tuple[str, str]] = set()
     for m in plan.measures:
-        if m.input is None and m.sample is None:
+        sample = m.sample if isinstance(m, SampleAggregate) else None
+        if m.input is None and sample is None:
             continue
-        exprs = [m.input] if m.input is not None else [m.sample.first, m.sample.second]
+        exprs = [m.input] if m.input is not None else [sample.first, sample.second]
         for e in exprs:
             for col in e.find_all(exp.Column):
                 inst = rel.instance(col.table) if rel is not None else None
                 cp = inst.policy.column(col.name) if inst is not None and inst.policy is not None else None
                 if cp is None or not cp.auto:
                     continue
-                if m.kind == "count":
+                if isinstance(m, Count):
                     continue        # COUNT(col) does not clip
-                if m.sample is not None or e is not m.input or not isinstance(e, exp.Column):
+                if sample is not None or e is not m.input or not isinstance(e, exp.Column):
                     raise QueryRejected(f"{cp.name} inside an expression or a sample-and-aggregate function",
                                         "its bounds are chosen automatically only for SUM and AVG of the column")
                 found.add((col.table, col.name.lower()))

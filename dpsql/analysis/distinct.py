@@ -21,8 +21,7 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.analysis import sensitivity as sens
-from dpsql.analysis.plan import NoiseSpec
+from dpsql.analysis.measures import NoiseSpec, additive_spec
 from dpsql.errors import QueryRejected
 
 
@@ -32,6 +31,10 @@ class DistinctCount:
     input: exp.Expression       # the qualified column
     label: str
     sql_type: str = ""          # the column's SQL type
+
+    def noise_spec(self, mechanism: str, rows: int, l0: int, epsilon: float, delta: float) -> NoiseSpec:
+        """The count's NoiseSpec (a measures.Part): Linf = rows (the claim above), the query's mechanism."""
+        return additive_spec(self.name, Fraction(rows), mechanism, l0, epsilon, delta)
 
 
 def aggregate(analysis, col: exp.Expression, cond: exp.Expression | None) -> tuple:
@@ -50,10 +53,3 @@ def aggregate(analysis, col: exp.Expression, cond: exp.Expression | None) -> tup
 
 def plan_distincts(analysis) -> tuple[DistinctCount, ...]:
     return tuple(getattr(analysis, "distincts", {}).values())
-
-
-def noise_spec(dc: DistinctCount, mechanism: str, rows: int, l0: int, epsilon: float, delta: float):
-    linf = Fraction(rows)
-    return NoiseSpec(dc.name, mechanism, sens.l1(linf, l0), sens.l2(linf, l0), float(rows), epsilon,
-                     delta if mechanism != "laplace" else 0.0)
-

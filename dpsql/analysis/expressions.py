@@ -132,7 +132,7 @@ class Expressions:
         fam = family(info.sql_type)
         if fam in NUMERIC and info.public and not info.bounded and self.public_range is not None:
             # a public table's values are public: its column's range is read from the table itself
-            # (dpsql.analysis.analyze._public_range) and clamps it like declared bounds
+            # (dpsql.analysis.grouping.Grouping._public_range) and clamps it like declared bounds
             span = self.public_range(ref)
             if span is not None:
                 info = replace(info, bounds=span, integral=fam == "int" and all(b.denominator == 1 for b in span))
@@ -150,7 +150,7 @@ class Expressions:
         kind = {"text": "text", "bool": "bool", "date": "date", "timestamp": "timestamp"}.get(fam, "other")
         if kind == "date" and info.public and info.span is None and self.public_range is not None:
             # a public DATE column's first and last dates are public, read from the table itself
-            # (analyze._public_range); the clamp to them is then the identity on every row
+            # (grouping.Grouping._public_range); the clamp to them is then the identity on every row
             span = self.public_range(ref, "date")
             if span is not None:
                 lo, hi = span

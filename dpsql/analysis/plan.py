@@ -10,7 +10,8 @@ trees, so that post-processing needs no sqlglot:
     ("ref", name)               a noisy measure, by its column name in the rewrite
     ("key", i)                  the i-th GROUP BY key (exact: keys are public or selected)
     ("avg", s, c, lo, hi)       clamp(mid + s/max(c, 1), lo, hi), mid=(lo+hi)/2, s the
-                                centered sum in value units (the Session divides by Measure.divisor)
+                                centered sum in value units (the Session divides by Measure.divisor,
+                                dpsql.analysis.measures)
     ("var", s, q, c, lo, hi, sample, root)
                                 q/c - (s/c)^2 clamped to [0, ((hi-lo)/2)^2] (s the centered sum, q the
                                 sum of squares of x - mid); sample: times c/(c-1); root: its sqrt
@@ -21,11 +22,11 @@ trees, so that post-processing needs no sqlglot:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
 from sqlglot import exp
 
+from dpsql.analysis.measures import Measure, NoiseSpec
 from dpsql.analysis.relation import Relation
 from dpsql.ledger.accounting import Cost
 from dpsql.policy import TablePolicy
@@ -48,73 +49,6 @@ class GroupKey:
     domain_source: tuple[str, str] | None = None    # (public table, column)
     null_in_domain: bool = False    # a LEFT JOIN can leave the public key NULL: NULL is a value too
     derived: str | None = None      # an expression key's derived range and domain, for EXPLAIN DP
-
-
-@dataclass(frozen=True, slots=True)
-class Measure:
-    """A per-group aggregate computed exactly in the engine, then noised.
-
-    kind "count": per unit and group, COUNT(*) or COUNT(column) clamped to
-    max_rows_per_unit. kind "sum": each row clamped to [lo, hi] and held as an exact
-    integer: the value itself for integer columns with whole bounds (scale 1), else
-    round(x * scale) with scale = 10^s and the bounds rounded outward to that grid;
-    per unit and group the sum is clamped to max_rows_per_unit * [lo, hi]. Centered
-    sums (AVG's numerator) are 2*sum - (lo + hi)*count, so they stay integral; squared
-    sums (VARIANCE's) are sums of (2x - (lo + hi))^2, in the wide integer type. The
-    released value is the engine's integer divided by `divisor`.
-
-    input: the row expression aggregated (a qualified column, or a derived expression whose
-    columns are clamped to their bounds: dpsql.analysis.expressions). filter: the aggregate's
-    own FILTER (WHERE ...) condition, checked like WHERE. cap: each unit's per-group count clamp
-    when it is not max_rows_per_unit (COUNT(DISTINCT unit): 1).
-    """
-    name: str
-    kind: str                  # "count" | "sum" | "sample" (sample-and-aggregate)
-    column: str | None         # None: COUNT(*)
-    centered: bool = False
-    lo: Fraction = Fraction(0)  # per-row bounds in value units (on the scale grid)
-    hi: Fraction = Fraction(0)
-    scale: int = 1             # integers in the engine are value * scale
-    label: str = ""
-    input: exp.Expression | None = None     # the row expression aggregated (None: COUNT(*))
-    filter: exp.Expression | None = None    # the aggregate's own FILTER (WHERE ...)
-    squared: bool = False      # sum of (2x - (lo + hi))^2 (VARIANCE, STDDEV)
-    cap: int | None = None     # per-unit count clamp instead of max_rows_per_unit
-    derived: str | None = None # a row expression's derived range, for EXPLAIN DP
-    sample: Any = None         # kind "sample": dpsql.analysis.sample_aggregate.SampleAggregate
-    cast_in_bounds: bool = False  # the scaled cast alone lands in [lo_int, hi_int] (dpsql.rewrite.clip.cast_in_bounds)
-
-    @property
-    def divisor(self) -> int:
-        if self.sample is not None:     # the centered sum of k block values: mean = mid + total / divisor
-            return 2 * self.scale * self.sample.blocks
-        if self.squared:
-            return 4 * self.scale * self.scale
-        return self.scale * (2 if self.centered else 1)
-
-    @property
-    def lo_int(self) -> int:
-        return int(self.lo * self.scale)
-
-    @property
-    def hi_int(self) -> int:
-        return int(self.hi * self.scale)
-
-
-@dataclass(frozen=True, slots=True)
-class NoiseSpec:
-    """The mechanism for one measure (or for partition selection)."""
-    target: str           # measure name, or "_units" for partition selection
-    mechanism: str        # laplace | gaussian | gaussian_classic | exponential (a quantile) | noisy_max (top-k)
-    l1: float             # L1 sensitivity over all groups (L0 * Linf)
-    l2: float             # L2 sensitivity over all groups (sqrt(L0) * Linf)
-    linf: float           # per-group bound
-    epsilon: float
-    delta: float
-
-    @property
-    def sensitivity(self) -> float:
-        return self.l1 if self.mechanism == "laplace" else self.l2
 
 
 @dataclass(frozen=True, slots=True)

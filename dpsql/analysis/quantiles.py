@@ -22,7 +22,7 @@ from fractions import Fraction
 from sqlglot import exp
 
 from dpsql.analysis.literals import NUMBER
-from dpsql.analysis.plan import NoiseSpec
+from dpsql.analysis.measures import Mechanism, NoiseSpec
 from dpsql.errors import QueryRejected
 
 BINS = 1024                         # equal-width bins over the range (the grid of the estimate)
@@ -44,6 +44,13 @@ class Quantile:
     label: str                      # for people: MEDIAN(income)
     derived: str | None = None
     bins: int = BINS
+
+    def noise_spec(self, mechanism: str, rows: int, l0: int, epsilon: float, delta: float) -> NoiseSpec:
+        """The quantile's NoiseSpec (a measures.Part): the exponential mechanism at the measure's
+        epsilon share, with rank sensitivity `rows` per group (each unit's per-group row bound) over
+        `l0` groups; the query's mechanism and delta do not apply."""
+        return NoiseSpec(self.name, Mechanism.EXPONENTIAL, float(rows * l0), rows * math.sqrt(l0), float(rows),
+                         epsilon, 0.0)
 
 
 def is_quantile(node: exp.Expression) -> bool:
@@ -159,9 +166,3 @@ def _decimal(x: Fraction, *, up: bool) -> Fraction:
 
 def plan_quantiles(analysis) -> tuple[Quantile, ...]:
     return tuple(getattr(analysis, "quantiles", {}).values())
-
-
-def noise_spec(q: Quantile, rows: int, l0: int, epsilon: float):
-    """The quantile's NoiseSpec: the exponential mechanism at the measure's epsilon share, with
-    rank sensitivity `rows` per group (each unit's per-group row bound) over `l0` groups."""
-    return NoiseSpec(q.name, "exponential", float(rows * l0), rows * math.sqrt(l0), float(rows), epsilon, 0.0)

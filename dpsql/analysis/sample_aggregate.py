@@ -40,7 +40,7 @@ each variance at most a quarter of its squared width, Popoviciu) and COVAR_SAMP 
 ([functions] regr_slope = { lower = ..., upper = ... }). A declared range overrides a derived one.
 
 Beside other aggregates: each sample-and-aggregate measure is one more measure of the query,
-with its share of the query's epsilon as every measure has (dpsql.analysis.analyze._finish), and
+with its share of the query's epsilon as every measure has (dpsql.analysis.budget.Budget._finish), and
 the same L0 and partition selection; the rewrite joins the block sums to the other measures by
 the group keys (dpsql.rewrite.sample_aggregate.combined, with the composition argument).
 
@@ -55,8 +55,8 @@ from fractions import Fraction
 
 from sqlglot import exp
 
+from dpsql.analysis.measures import SampleAggregate
 from dpsql.analysis.per_unit import exact_bounds
-from dpsql.analysis.plan import Measure
 from dpsql.errors import QueryRejected
 from dpsql.policy import exact
 
@@ -67,8 +67,8 @@ MAX_BOUND = Fraction(10) ** 15
 
 
 @dataclass(frozen=True, slots=True)
-class SampleAggregate:
-    """One sample-and-aggregate measure: the engine aggregate `function(first, second)` (arguments
+class BlockAggregate:
+    """What one sample-and-aggregate measure (measures.SampleAggregate) runs per block: the engine aggregate `function(first, second)` (arguments
     in the analyst's order), each argument clamped to its bounds, run per block of k."""
     function: str
     first: exp.Expression
@@ -129,12 +129,12 @@ def measure(an, node: exp.Expression, cond: exp.Expression | None, suffix: str) 
         # a derived range such as income / 7's is widened outward to exact_bounds' grid. The
         # clamp only keeps each block's input finite and bounded; the bound on one unit's
         # influence is the output clamp to [lo, hi] (the claim above), whatever the inputs.
-        sa = SampleAggregate(fname, a.sql, b.sql, exact_bounds(a.lo, a.hi, "DOUBLE", False)[:2],
+        sa = BlockAggregate(fname, a.sql, b.sql, exact_bounds(a.lo, a.hi, "DOUBLE", False)[:2],
                              exact_bounds(b.lo, b.hi, "DOUBLE", False)[:2], k, source)
         derived = (f"sample-and-aggregate over k = {k} blocks of units, each block's {what} clamped to "
                    f"[{_num(lo)}, {_num(hi)}] ({source}); undefined blocks count as the midpoint")
-        an.measures[key] = Measure(f"_v{len(an.measures)}", "sample", label, True, lo, hi, scale, label,
-                                   None, cond, derived=derived, sample=sa)
+        an.measures[key] = SampleAggregate(f"_v{len(an.measures)}", label, lo, hi, scale, label, None, cond,
+                                           derived=derived, sample=sa)
     m = an.measures[key]
     mid = (m.lo + m.hi) / 2
     value: tuple = ("ref", m.name)
@@ -149,10 +149,6 @@ def check(measures) -> None:
     query composes sequentially (dpsql.rewrite.sample_aggregate.combined has the argument); the
     analysis refuses them beside quantiles and COUNT(DISTINCT col) only (Analysis.plan)."""
     return None
-
-
-def is_sample(m: Measure) -> bool:
-    return m.sample is not None
 
 
 def _num(v) -> str:

@@ -59,7 +59,7 @@ def exact_equality(info: ColumnInfo, role: str = "") -> None:
     COUNT(col) and IS NULL of such a
     column. A DuckDB connection whose default_collation is not binary compares every text so,
     literals and dpsql's own key texts included: analyze refuses every private query on it
-    (analyze._check_collation)."""
+    (tables.check_collation)."""
     if not info.inexact:
         return
     raise QueryRejected(f"the column {info.name!r}{role}",

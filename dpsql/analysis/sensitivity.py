@@ -8,8 +8,9 @@ the vector of per-group measures by at most
 
     L1 = L0 * Linf      L2 = sqrt(L0) * Linf
 
-(each of at most L0 coordinates moves by at most Linf). The per-group bounds,
-enforced by dpsql.rewrite (per_unit, group_choice, totals) and dpsql.rewrite.clip:
+(each of at most L0 coordinates moves by at most Linf). The per-group bounds (each
+measure class's per_group_bound, dpsql.analysis.measures), enforced by dpsql.rewrite (per_unit,
+group_choice, totals) and dpsql.rewrite.clip:
 
 * count: each unit's per-group count is clamped to m = max_rows_per_unit, so
   Linf = m.
@@ -35,22 +36,6 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-
-from dpsql.analysis.plan import Measure
-
-
-def per_group_bound(measure: Measure, rows_per_unit: int) -> Fraction:
-    """Linf: the most one unit can move one group's measure."""
-    m = rows_per_unit
-    if measure.sample is not None:      # one unit moves one block of k: dpsql.analysis.sample_aggregate
-        return (measure.hi - measure.lo) / measure.sample.blocks
-    if measure.kind == "count":
-        return Fraction(measure.cap if measure.cap is not None else m)
-    if measure.squared:
-        return m * (measure.hi - measure.lo) ** 2 / 4
-    if measure.centered:
-        return m * (measure.hi - measure.lo) / 2
-    return m * max(abs(measure.lo), abs(measure.hi))
 
 
 def _up(x: Fraction) -> float:

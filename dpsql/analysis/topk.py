@@ -31,8 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
-from dpsql.analysis import sensitivity as sens
-from dpsql.analysis.plan import NoiseSpec, QueryPlan
+from dpsql.analysis.measures import Count, Mechanism, NoiseSpec, Sum
+from dpsql.analysis.plan import QueryPlan
 from dpsql.errors import QueryRejected
 
 SETTING_VALUES = ("off", "noisy_max")
@@ -113,7 +113,7 @@ def plan_topk(plan: QueryPlan, epsilon: float, delta: float, mechanism: str) -> 
         raise _refuse("ORDER BY an expression", "the selection ranks by one COUNT or SUM itself, "
                       "not by arithmetic of aggregates", "ORDER BY the aggregate alone")
     m = plan.measures[0]
-    if m.name != expr[1] or m.kind not in ("count", "sum") or m.centered or m.squared or m.sample is not None:
+    if m.name != expr[1] or type(m) not in (Count, Sum):
         raise _refuse(f"ORDER BY {m.label or 'this aggregate'}", "the selection scores keys by a COUNT or a "
                       "SUM over a bounded column only")
     k, size = plan.limit, plan.domain_size
@@ -126,21 +126,21 @@ def plan_topk(plan: QueryPlan, epsilon: float, delta: float, mechanism: str) -> 
         raise _refuse(f"LIMIT {k} over {size} keys", f"the exact sampler proposes up to k x the domain's size "
                       f"keys (more than {MAX_WORK:,} here), too slow to run per query",
                       "a smaller k or a coarser key (a bucket or CASE expression)")
-    linf = sens.per_group_bound(m, plan.rows_per_unit if plan.bounded else 1)
+    linf = m.per_group_bound(plan.rows_per_unit if plan.bounded else 1)
     if linf <= 0:
         raise _refuse(f"ORDER BY {m.label}", "the aggregate cannot vary (its bounds are 0), so there is "
                       "nothing to rank")
-    monotone = m.kind == "count" or m.lo >= 0 or m.hi <= 0
+    monotone = isinstance(m, Count) or m.lo >= 0 or m.hi <= 0
     values = any(o.noisy for o in plan.outputs)
     eps_sel = float(Fraction(epsilon) * SELECT_SHARE) if values else epsilon
     top = TopK(m.name, k, desc, eps_sel, linf, monotone, size, values, m.label)
     noise = []
-    gaussian = mechanism != "laplace"
+    gaussian = Mechanism(mechanism).gaussian
     if values:
         touched = min(k, plan.l0)
-        noise.append(NoiseSpec(m.name, mechanism, sens.l1(linf, touched), sens.l2(linf, touched), float(linf),
-                               epsilon - eps_sel, delta if gaussian else 0.0))
-    noise.append(NoiseSpec(TARGET, "noisy_max", float(linf), float(linf), float(linf), eps_sel, 0.0))
+        noise.append(m.noise_spec(mechanism, plan.rows_per_unit if plan.bounded else 1, touched,
+                                  epsilon - eps_sel, delta))
+    noise.append(NoiseSpec(TARGET, Mechanism.NOISY_MAX, float(linf), float(linf), float(linf), eps_sel, 0.0))
     cost = replace(plan.cost, delta=delta if values and gaussian else 0.0)
     return replace(plan, noise=tuple(noise), cost=cost, topk=top)
 
@@ -148,7 +148,7 @@ def plan_topk(plan: QueryPlan, epsilon: float, delta: float, mechanism: str) -> 
 def rho_parts(k: int, share: float) -> tuple[tuple[str, float, float], ...]:
     """The selection as parts for dpsql.noise.mechanisms.epsilon_for_rho: k peels of the exponential
     mechanism (rho_bound 'exponential': eps^2/8 each, exact for a bounded-range peel) at share/k."""
-    return (("exponential", share / k, 0.0),) * k
+    return ((Mechanism.EXPONENTIAL, share / k, 0.0),) * k
 
 
 def _noisy(expr) -> bool:

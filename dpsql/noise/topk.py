@@ -20,7 +20,7 @@ form, because each peel can be sampled exactly (below), where the Gumbel form wo
 floating-point logarithms.
 
 Sensitivity. Delta is the per-group L-infinity bound of the aggregate after bounding
-(dpsql.analysis.sensitivity.per_group_bound): 1 for COUNT(*) with max_rows_per_unit 1,
+(Measure.per_group_bound, dpsql.analysis.measures): 1 for COUNT(*) with max_rows_per_unit 1,
 m * max(|lo|, |hi|) for SUM. It is NOT multiplied by L0 (the groups one unit may touch): the
 exponential mechanism's sensitivity is max over candidates i of |u_i(D) - u_i(D')|, the largest
 move of any ONE score, however many scores move. That is why selecting the top k costs less than

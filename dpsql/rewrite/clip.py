@@ -5,7 +5,7 @@ integers stay integers; anything else becomes round(x * 10^s) as a BIGINT, clamp
 again to the bounds rounded outward to 10^-s (the bounds the sensitivity uses, see
 analysis.bind.exact_bounds) -- except where analysis.bind.cast_in_bounds proves the
 rounded value already lies in them (DOUBLE and PostgreSQL NUMERIC inputs, bounds * 10^s
-within 2^50: Measure.cast_in_bounds; the per-unit sums read it, rewrite.aggregates). The engine then sums integers, which is exact: no
+within 2^50: Measure.cast_in_bounds; the per-unit sums read it, analysis.measures). The engine then sums integers, which is exact: no
 floating-point accumulation can push a sum past the bounds the clamps promise
 (Casacuberta, Shoemate, Vadhan & Wagaman, CCS 2022). A clamp is total (a CASE cannot
 fail on any row), and NULLs stay NULL (ignored by SUM and COUNT(col)).
@@ -16,11 +16,10 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.analysis.plan import Measure
 from dpsql.analysis.sql import clamp, number
 from dpsql.dialects import EngineDialect
 
-__all__ = ["clamp", "number", "row_bounds", "scaled_cast", "scaled_value"]
+__all__ = ["clamp", "number", "scaled_cast", "scaled_value"]
 
 
 def scaled_value(value: exp.Expression, lo: Fraction, hi: Fraction, scale: int,
@@ -46,11 +45,3 @@ def scaled_cast(value: exp.Expression, lo: Fraction, hi: Fraction, scale: int, d
         v = exp.Round(this=v)
     return exp.Cast(this=v, to=exp.DataType.build("BIGINT"))
 
-
-def row_bounds(m: Measure) -> tuple[int, int]:
-    """Bounds of one row's contribution to a sum measure, in the engine's integers."""
-    if m.squared:
-        return 0, (m.hi_int - m.lo_int) ** 2
-    if m.centered:
-        return m.lo_int - m.hi_int, m.hi_int - m.lo_int
-    return m.lo_int, m.hi_int

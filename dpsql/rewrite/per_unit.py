@@ -16,7 +16,6 @@ from sqlglot import exp
 
 from dpsql.analysis.plan import QueryPlan
 from dpsql.dialects import EngineDialect
-from dpsql.rewrite.aggregates import row_aggregate
 from dpsql.rewrite.relation import filtered
 from dpsql.rewrite.rows import ROWS, filters, subquery
 
@@ -46,7 +45,7 @@ def per_unit(tree: exp.Select, plan: QueryPlan, d: EngineDialect) -> exp.Select:
     cond = hit(plan)
     keys = [exp.column(k.name) for k in plan.keys]
     cols: list[exp.Expression] = [exp.column("_u"), *[k.copy() for k in keys]]
-    cols += [exp.alias_(filtered(row_aggregate(m, d), measure_condition(plan, m)), m.name, copy=False)
+    cols += [exp.alias_(filtered(m.row_aggregate(d), measure_condition(plan, m)), m.name, copy=False)
              for m in plan.measures]
     if cond is not None:
         cols.append(exp.alias_(hits(plan), "_hits", copy=False))

@@ -31,7 +31,6 @@ from sqlglot import exp
 from dpsql.analysis.plan import QueryPlan
 from dpsql.dialects import EngineDialect
 from dpsql.rewrite import relation as fr
-from dpsql.rewrite.aggregates import input_name
 from dpsql.rewrite.clip import number, scaled_cast
 
 ROWS = "_rows"
@@ -46,11 +45,11 @@ def rows_select(plan: QueryPlan, d: EngineDialect, *, domain: bool = True, fence
         if m.input is None:
             continue
         value = m.input.copy()
-        if m.kind == "sum" and m.scale != 1:
+        if m.scaled_input and m.scale != 1:
             value = scaled_cast(value, m.lo, m.hi, m.scale, d)
             # read more than once later (the integer clamp, a square): compute it once, fenced
-            scaled = scaled or not m.cast_in_bounds or m.squared
-        cols.append(exp.alias_(value, input_name(m), copy=False))
+            scaled = scaled or m.rereads_input
+        cols.append(exp.alias_(value, m.input_name, copy=False))
     if plan.where is not None:
         cols.append(exp.alias_(exp.Paren(this=fr.condition(plan.where, d)), "_h", copy=False))
     for text, (name, cond) in filters(plan).items():

@@ -33,6 +33,7 @@ from dataclasses import replace
 
 from sqlglot import exp
 
+from dpsql.analysis.measures import SampleAggregate
 from dpsql.analysis.plan import QueryPlan
 from dpsql.dialects import EngineDialect
 from dpsql.rewrite import relation as fr
@@ -47,7 +48,7 @@ _AGG = {"corr": exp.Corr, "covar_pop": exp.CovarPop, "covar_samp": exp.CovarSamp
 
 
 def applies(plan: QueryPlan) -> bool:
-    return any(m.sample is not None for m in plan.measures)
+    return any(isinstance(m, SampleAggregate) for m in plan.measures)
 
 
 def _double(value: exp.Expression, lo, hi, d: EngineDialect) -> exp.Expression:
@@ -178,8 +179,8 @@ def combined(plan: QueryPlan, d: EngineDialect, general) -> exp.Select:
     fail; equality of texts and of booleans, so PostgreSQL can hash a FULL JOIN (IS NOT DISTINCT
     FROM it cannot); the measures are passed through unchanged.
     """
-    samples = tuple(m for m in plan.measures if m.sample is not None)
-    others = tuple(m for m in plan.measures if m.sample is None)
+    samples = tuple(m for m in plan.measures if isinstance(m, SampleAggregate))
+    others = tuple(m for m in plan.measures if not isinstance(m, SampleAggregate))
     if not others:
         return sample_aggregate(plan, d)
     main = general(replace(plan, measures=others, units_only=False))
@@ -192,7 +193,7 @@ def combined(plan: QueryPlan, d: EngineDialect, general) -> exp.Select:
     for i in range(nk):
         value = exp.Coalesce(this=key(i, m_), expressions=[key(i, s_)]) if full else key(i, m_)
         cols.append(exp.alias_(value, f"_k{i}", copy=False))
-    cols += [exp.alias_(exp.column(m.name, table=s_ if m.sample is not None else m_), m.name, copy=False)
+    cols += [exp.alias_(exp.column(m.name, table=s_ if isinstance(m, SampleAggregate) else m_), m.name, copy=False)
              for m in plan.measures]
     if plan.selection is not None:
         cols.append(exp.alias_(exp.column("_units", table=m_), "_units", copy=False))

@@ -4,7 +4,7 @@
     FROM (<per unit>) AS _per_unit WHERE _rank <= L0 AND _hits > 0 GROUP BY _g0
 
 After it, one unit touches at most L0 = max_groups_per_unit groups and moves each by at most
-Linf (aggregates.bounded_total): the bounds dpsql.analysis.sensitivity turns into
+Linf (Measure.bounded_total, dpsql.analysis.measures): the bounds dpsql.analysis.sensitivity turns into
 sensitivities. `_units` (the number of units in the group) is what partition selection
 thresholds, when a key has no public domain.
 """
@@ -14,7 +14,6 @@ from sqlglot import exp
 
 from dpsql.analysis.plan import QueryPlan
 from dpsql.dialects import EngineDialect
-from dpsql.rewrite.aggregates import bounded_total
 from dpsql.rewrite.per_unit import PER_UNIT
 from dpsql.rewrite.rows import _and, subquery
 
@@ -29,7 +28,7 @@ def units_column(plan: QueryPlan) -> list[exp.Expression]:
 def totals(tree: exp.Select, plan: QueryPlan, d: EngineDialect) -> exp.Select:
     keys = [exp.column(k.name) for k in plan.keys]
     cols: list[exp.Expression] = [k.copy() for k in keys]
-    cols += [exp.alias_(bounded_total(m, plan.rows_per_unit, d), m.name, copy=False) for m in plan.measures]
+    cols += [exp.alias_(m.bounded_total(plan.rows_per_unit, d), m.name, copy=False) for m in plan.measures]
     cols += units_column(plan)
     keep = []
     if plan.group_choice:

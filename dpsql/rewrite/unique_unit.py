@@ -24,7 +24,6 @@ from sqlglot import exp
 
 from dpsql.analysis.plan import QueryPlan
 from dpsql.dialects import EngineDialect
-from dpsql.rewrite.aggregates import row_aggregate
 from dpsql.rewrite.keys import key_text
 from dpsql.rewrite.per_unit import hit, hits, measure_condition
 from dpsql.rewrite.relation import filtered
@@ -46,7 +45,7 @@ def unique_unit(tree: exp.Select, plan: QueryPlan, d: EngineDialect) -> exp.Sele
     cond = hit(plan)
     keys = [exp.column(k.name) for k in plan.keys]
     cols = [key_text(i, k.copy()) for i, k in enumerate(keys)]
-    cols += [exp.alias_(filtered(row_aggregate(m, d), measure_condition(plan, m)), m.name, copy=False)
+    cols += [exp.alias_(filtered(m.row_aggregate(d), measure_condition(plan, m)), m.name, copy=False)
              for m in plan.measures]
     if plan.selection is not None:
         cols.append(exp.alias_(filtered(exp.Count(this=exp.Star()), cond), "_units", copy=False))

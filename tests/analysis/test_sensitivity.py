@@ -7,7 +7,7 @@ from fractions import Fraction
 import pytest
 
 from dpsql.analysis import sensitivity as sens
-from dpsql.analysis.plan import Measure
+from dpsql.analysis.measures import CenteredSum, Count, Sum
 
 
 @pytest.mark.parametrize("linf", [Fraction(1, 3), Fraction(250000), Fraction(1, 10**6) * 123456789,
@@ -21,12 +21,12 @@ def test_rounded_up(linf, l0):
 
 
 def test_per_group_bounds():
-    count = Measure("_v0", "count", None)
-    assert sens.per_group_bound(count, 5) == 5
-    s = Measure("_v1", "sum", "x", lo=Fraction(-3), hi=Fraction(10), scale=1)
-    assert sens.per_group_bound(s, 2) == 20
-    c = Measure("_v2", "sum", "x", centered=True, lo=Fraction(-3), hi=Fraction(10), scale=1)
-    assert sens.per_group_bound(c, 2) == 13
+    count = Count("_v0", None)
+    assert count.per_group_bound(5) == 5
+    s = Sum("_v1", "x", lo=Fraction(-3), hi=Fraction(10), scale=1)
+    assert s.per_group_bound(2) == 20
+    c = CenteredSum("_v2", "x", lo=Fraction(-3), hi=Fraction(10), scale=1)
+    assert c.per_group_bound(2) == 13
 
 
 def test_selection_threshold_hides_single_units():
