@@ -46,7 +46,6 @@ from dpsql.analysis.normalize import (
     output_name,
 )
 from dpsql.analysis.plan import (
-    Expr,
     GroupKey,
     Measure,
     NoiseSpec,
@@ -75,11 +74,14 @@ from dpsql.cost import Cost
 from dpsql.dialects import dialect as engine_dialect
 from dpsql.errors import QueryRejected, UndefinedTable
 from dpsql.policy import Policy, TablePolicy
+from dpsql.postprocess.expr import (
+    Add, And, Avg, Cmp, Div, Expr, IsNull, Key, Lit, Mul, Neg, Not, Or, Ref, Sub, Var,
+)
 
 MAX_PUBLIC_GROUPS = 1_000_000
 _AGGREGATES = (exp.Count, exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevPop,
                exp.StddevSamp) + sa.AGGREGATES
-_ARITH = {exp.Add: "add", exp.Sub: "sub", exp.Mul: "mul", exp.Div: "div"}
+_ARITH = {exp.Add: Add, exp.Sub: Sub, exp.Mul: Mul, exp.Div: Div}
 DomainReader = Callable[..., tuple]     # (public table, column[, "range"]) -> its distinct values (or MIN, MAX) as text
 
 
@@ -648,8 +650,8 @@ class _Analysis:
             alias = item.alias if isinstance(item, exp.Alias) else None
             node = item.unalias() if isinstance(item, exp.Alias) else item
             expr = self._post(node, "SELECT")
-            noisy = _has_noise(expr)
-            if not noisy and expr[0] != "key":
+            noisy = expr.noisy()
+            if not noisy and not isinstance(expr, Key):
                 raise QueryRejected("a constant in SELECT", "select group columns and aggregates")
             name = alias or output_name(node, i)
             outputs.append(Output(name, expr, noisy, node.sql("postgres")))
@@ -676,7 +678,7 @@ class _Analysis:
             return quantile_measures.aggregate(self, node)
         ref = "expr:" + node.sql("postgres")
         if not isinstance(node, exp.Column) and ref in self.key_refs:
-            return ("key", self.key_refs.index(ref))
+            return Key(self.key_refs.index(ref))
         if isinstance(node, exp.Column):
             if not node.table and node.name.lower() in self.aliases and where != "SELECT":
                 if node.name.lower() in self.alias_twice:       # PostgreSQL refuses it too
@@ -688,7 +690,7 @@ class _Analysis:
                 raise QueryRejected(f"the bare column {info.name!r} in {where}",
                                     "only GROUP BY columns and aggregates can be released",
                                     f"add {info.name} to GROUP BY or aggregate it")
-            return ("key", self.key_refs.index(ref))
+            return Key(self.key_refs.index(ref))
         return _literal_or_op(node, where, lambda n: self._post(n, where))
 
     def _aggregate(self, node: exp.Expression, cond: exp.Expression | None = None) -> Expr:
@@ -710,13 +712,13 @@ class _Analysis:
             if not isinstance(col, exp.Column) or self.resolve(col, "COUNT")[0] not in self.rel.unit_class:
                 return distinct_counts.aggregate(self, col, cond)     # another column: dpsql.analysis.distinct
             # each unit adds 1 to each group it has a (passing) row in: a count clamped to 1
-            return ("ref", self._measure("count", None, None, False, f"COUNT(DISTINCT {col.name}){suffix}",
+            return Ref(self._measure("count", None, None, False, f"COUNT(DISTINCT {col.name}){suffix}",
                                          cond, cap=1).name)
         if isinstance(node, exp.Count):
             if isinstance(arg, exp.Star):
-                return ("ref", self._measure("count", None, None, False, f"COUNT(*){suffix}", cond).name)
+                return Ref(self._measure("count", None, None, False, f"COUNT(*){suffix}", cond).name)
             d = self._input(arg, "COUNT")
-            return ("ref", self._measure("count", d, None, False, f"COUNT({d.label}){suffix}", cond).name)
+            return Ref(self._measure("count", d, None, False, f"COUNT({d.label}){suffix}", cond).name)
         d = self._input(arg, fname)
         if not d.bounded:
             raise QueryRejected(f"{fname}({d.label})", "the column has no declared bounds, so one person's "
@@ -725,11 +727,11 @@ class _Analysis:
         if d.kind != "num":
             raise QueryRejected(f"{fname}({d.label})", "the column is not numeric")
         if isinstance(node, exp.Sum):
-            return ("ref", self._measure("sum", d, d, False, f"SUM({d.label}){suffix}", cond).name)
+            return Ref(self._measure("sum", d, d, False, f"SUM({d.label}){suffix}", cond).name)
         s = self._measure("sum", d, d, True, f"{fname.upper()}({d.label}) centered sum{suffix}", cond)
         c = self._measure("count", d, None, False, f"COUNT({d.label}){suffix}", cond)
         if isinstance(node, exp.Avg):
-            return ("avg", s.name, c.name, float(s.lo), float(s.hi))
+            return Avg(s.name, c.name, float(s.lo), float(s.hi))
         if max(abs(d.lo), abs(d.hi)) >= VAR_LIMIT:
             # The squared sum adds (2x - (lo + hi))^2 in the engine's 128-bit (or 38-digit) type
             # (dpsql.rewrite.aggregates.row_aggregate): with |lo|, |hi| < 1e17 (and so their
@@ -741,7 +743,7 @@ class _Analysis:
         q = self._measure("sum", d, d, False, f"{fname.upper()}({d.label}) squared sum{suffix}", cond, squared=True)
         sample = isinstance(node, (exp.Variance, exp.Stddev, exp.StddevSamp))
         root = isinstance(node, (exp.Stddev, exp.StddevSamp, exp.StddevPop))
-        return ("var", s.name, q.name, c.name, float(s.lo), float(s.hi), sample, root)
+        return Var(s.name, q.name, c.name, float(s.lo), float(s.hi), sample, root)
 
     def _input(self, arg: exp.Expression, what: str) -> _Input:
         """What an aggregate reads: a declared column (as it is), or a row expression over declared
@@ -1041,47 +1043,47 @@ def _literal_or_op(node: exp.Expression, where: str, sub: Callable[[exp.Expressi
     """Literals, arithmetic and (outside SELECT) comparisons and logic of post-processing."""
     if isinstance(node, exp.Literal):
         if node.is_string:
-            return ("lit", node.this)
+            return Lit(node.this)
         if not NUMBER.fullmatch(node.this):
             raise QueryRejected("a malformed number", "write numbers in plain decimal form")
-        return ("lit", float(node.this))
+        return Lit(float(node.this))
     if isinstance(node, exp.Boolean):
-        return ("lit", bool(node.this))
+        return Lit(bool(node.this))
     if isinstance(node, exp.Null):
-        return ("lit", None)
+        return Lit(None)
     if isinstance(node, exp.Neg):
-        return ("neg", _numeric(sub(node.this)))
+        return Neg(_numeric(sub(node.this)))
     if type(node) in _ARITH:
-        return (_ARITH[type(node)], _numeric(sub(node.this)), _numeric(sub(node.expression)))
+        return _ARITH[type(node)](_numeric(sub(node.this)), _numeric(sub(node.expression)))
     if where != "SELECT":
         if type(node) in CMP:
-            return ("cmp", CMP[type(node)], sub(node.this), sub(node.expression))
+            return Cmp(CMP[type(node)], sub(node.this), sub(node.expression))
         if isinstance(node, exp.And):
-            return ("and", sub(node.this), sub(node.expression))
+            return And(sub(node.this), sub(node.expression))
         if isinstance(node, exp.Or):
-            return ("or", sub(node.this), sub(node.expression))
+            return Or(sub(node.this), sub(node.expression))
         if isinstance(node, exp.Not):
-            return ("not", sub(node.this))
+            return Not(sub(node.this))
         if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
-            return ("isnull", sub(node.this), bool(node.args.get("negate")))
+            return IsNull(sub(node.this), bool(node.args.get("negate")))
         if isinstance(node, exp.Between):
             v = sub(node.this)
-            return ("and", ("cmp", ">=", v, sub(node.args["low"])), ("cmp", "<=", v, sub(node.args["high"])))
+            return And(Cmp(">=", v, sub(node.args["low"])), Cmp("<=", v, sub(node.args["high"])))
     raise refuse_expression(node, where)
 
 
 def _numeric(expr: Expr) -> Expr:
     """Arithmetic takes noisy aggregates and numeric literals only."""
-    if expr[0] == "key":
+    if isinstance(expr, Key):
         raise QueryRejected("arithmetic on a GROUP BY column", "arithmetic applies to aggregates and numbers")
-    if expr[0] == "lit" and (expr[1] is None or isinstance(expr[1], (str, bool))):
+    if isinstance(expr, Lit) and (expr.value is None or isinstance(expr.value, (str, bool))):
         raise QueryRejected("arithmetic on a non-number", "arithmetic applies to aggregates and numbers")
     return expr
 
 
 def _compile_wrap(w: Wrapper, names: list[str]) -> Wrap:
     """An outer query's items, filter and order as expressions over the inner rows' columns
-    (("key", i): the inner output at position i): post-processing of released values only. Its
+    (Key(i): the inner output at position i): post-processing of released values only. Its
     ORDER BY may also name its own outputs (by alias or position), as PostgreSQL's does."""
     def sub(where: str):
         def compile_(node: exp.Expression) -> Expr:
@@ -1094,7 +1096,7 @@ def _compile_wrap(w: Wrapper, names: list[str]) -> Wrap:
                         return outputs[own.index(name)][1]
                     raise QueryRejected(f"the column {node.name!r} of the outer query",
                                         "it is not an output of the query it wraps")
-                return ("key", names.index(name))
+                return Key(names.index(name))
             if where == "ORDER BY" and isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit():
                 pos = int(node.this)
                 if not 1 <= pos <= len(outputs):
@@ -1113,8 +1115,3 @@ def _compile_wrap(w: Wrapper, names: list[str]) -> Wrap:
     order = tuple(_ordering(o, sub("ORDER BY")(o.this)) for o in w.order)
     return Wrap(outputs, where, order, _count_literal(w.limit, "LIMIT"), _count_literal(w.offset, "OFFSET") or 0)
 
-
-def _has_noise(expr: Expr) -> bool:
-    if expr[0] in ("ref", "avg", "var"):
-        return True
-    return any(isinstance(a, tuple) and _has_noise(a) for a in expr[1:])

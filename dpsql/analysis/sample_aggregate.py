@@ -59,6 +59,7 @@ from sqlglot import exp
 from dpsql.analysis.bind import exact_bounds
 from dpsql.errors import QueryRejected
 from dpsql.policy import exact
+from dpsql.postprocess.expr import Add, Clamp, Expr, Lit, Ref
 
 if TYPE_CHECKING:
     from dpsql.analysis.plan import Measure
@@ -95,7 +96,7 @@ def _range(fname: str, declared, a, b) -> tuple[Fraction, Fraction, str]:
                         f"ask the data owner to declare one: [functions] {fname} = {{ lower = ..., upper = ... }}")
 
 
-def measure(an, node: exp.Expression, cond: exp.Expression | None, suffix: str) -> tuple:
+def measure(an, node: exp.Expression, cond: exp.Expression | None, suffix: str) -> Expr:
     """The plan's expression for one sample-and-aggregate call (an: the running analysis)."""
     from dpsql.analysis.plan import Measure
 
@@ -142,10 +143,10 @@ def measure(an, node: exp.Expression, cond: exp.Expression | None, suffix: str) 
                                    None, cond, derived=derived, sample=sa)
     m = an.measures[key]
     mid = (m.lo + m.hi) / 2
-    value: tuple = ("ref", m.name)
+    value: Expr = Ref(m.name)
     if mid != 0:
-        value = ("add", ("lit", float(mid)), value)
-    return ("clamp", value, float(m.lo), float(m.hi))
+        value = Add(Lit(float(mid)), value)
+    return Clamp(value, float(m.lo), float(m.hi))
 
 
 def check(measures) -> None:
