@@ -33,37 +33,17 @@ def present(columns: list[str], types: list[str], db_types: list[str], rows: lis
     counts, noisy: per column (as the outermost query's columns). check: as in finish. Returns
     (columns, types, db_types, rows, accuracy, widths)."""
     n = len(columns)
-    counts = list(counts) + [False] * (n - len(counts))
     noisy = list(noisy) + [False] * (n - len(noisy))
-    rounded = [round_counts and c for c in counts]
+    rounded = [round_counts and c for c in counts] + [False] * (n - len(counts))
     bounds = list(bounds) + [None] * (n - len(bounds))
-
-    def shown(v: Any, whole: bool) -> Any:
-        if isinstance(v, float):
-            if whole and math.isfinite(v):
-                return max(0, round(v))
-            return v + 0.0
-        return v
-
+    spread = [intervals and x for x in noisy]      # the columns that get _low and _high
     out_rows, out_widths = [], []
     for r, row in enumerate(rows):
         if check is not None and r % CHECK_ROWS == 0:
             check()
-        hw_row = widths[r] if r < len(widths) else (None,) * n
-        vals, hws = [], []
-        for i, v in enumerate(row):
-            vals.append(shown(v, rounded[i]))
-            hws.append(hw_row[i])
-            if intervals and noisy[i]:
-                hw = hw_row[i]
-                ok = isinstance(v, (int, float)) and not isinstance(v, bool) and hw is not None
-                lo, hi = (float(v) - hw, float(v) + hw) if ok else (None, None)
-                if ok and bounds[i] is not None:
-                    lo, hi = max(lo, bounds[i][0]), min(hi, bounds[i][1])
-                vals += [shown(lo, rounded[i]), shown(hi, rounded[i])] if ok else [None, None]
-                hws += [None, None]
-        out_rows.append(tuple(vals))
-        out_widths.append(tuple(hws))
+        vals, hws = _row(row, widths[r] if r < len(widths) else (None,) * n, rounded, spread, bounds)
+        out_rows.append(vals)
+        out_widths.append(hws)
     cols, tys, dbs, acc = [], [], [], []
     for i, name in enumerate(columns):
         db = db_types[i] if i < len(db_types) else "VARCHAR"
@@ -72,9 +52,37 @@ def present(columns: list[str], types: list[str], db_types: list[str], rows: lis
         tys.append(types[i] if i < len(types) else "string")
         dbs.append(db)
         acc.append(accuracy[i] if i < len(accuracy) else None)
-        if intervals and noisy[i]:
+        if spread[i]:
             cols += [f"{name}_low", f"{name}_high"]
             tys += ["number", "number"]
             dbs += [db, db]
             acc += [None, None]
     return cols, tys, dbs, out_rows, acc if accuracy else list(accuracy), out_widths
+
+
+def _shown(v: Any, whole: bool) -> Any:
+    """A value as shown: -0.0 as 0.0; whole (a rounded count): the nearest whole number, at least 0."""
+    if isinstance(v, float):
+        if whole and math.isfinite(v):
+            return max(0, round(v))
+        return v + 0.0
+    return v
+
+
+def _row(row: tuple, hw_row: tuple, rounded: Sequence[bool], spread: Sequence[bool],
+         bounds: Sequence[tuple[float, float] | None]) -> tuple[tuple, tuple]:
+    """One released row's shown values and half-widths, with each spread column's interval after it."""
+    vals: list[Any] = []
+    hws: list[Any] = []
+    for i, v in enumerate(row):
+        vals.append(_shown(v, rounded[i]))
+        hws.append(hw_row[i])
+        if spread[i]:
+            hw = hw_row[i]
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and hw is not None
+            lo, hi = (float(v) - hw, float(v) + hw) if ok else (None, None)
+            if ok and bounds[i] is not None:
+                lo, hi = max(lo, bounds[i][0]), min(hi, bounds[i][1])
+            vals += [_shown(lo, rounded[i]), _shown(hi, rounded[i])] if ok else [None, None]
+            hws += [None, None]
+    return tuple(vals), tuple(hws)
