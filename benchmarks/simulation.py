@@ -1,12 +1,14 @@
 """Accuracy-simulation benchmark: the cost of the simulated 95% half-widths of a derived value.
 
-    python benchmarks/simulation.py [--compare OTHER/dpsql/postprocess.py] [--repeat 3]
+    python benchmarks/simulation.py [--compare OTHER/dpsql/postprocess/simulate.py] [--repeat 3]
 
 AVG = noisy sum / noisy count is released with a half-width simulated over SIM_DRAWS draws of
-the noise per released row (dpsql.postprocess.simulated_half_widths): for results of 8, 51, 500
+the noise per released row (dpsql.postprocess.simulate.simulated_half_widths): for results of 8, 51, 500
 and 5,000 rows (the last with draws_for's fewer draws), the best of --repeat timings of each,
-milliseconds. --compare times another checkout's postprocess.py in the same run, interleaved, and
-checks that both give the same widths. Run it under the environment you care about: glibc's
+milliseconds. --compare times another checkout's simulation module in the same run, interleaved,
+and checks that both give the same widths: dpsql/postprocess/simulate.py (typed expression nodes,
+from this checkout's dpsql.postprocess.expr), or an older checkout's dpsql/postprocess.py (the
+tuple expressions it read). Run it under the environment you care about: glibc's
 allocator settings change the result (`dpsql serve` sets them: limits.tune_allocator; docs/PROXY.md
 names the environment variables that do the same in-process).
 """
@@ -21,9 +23,15 @@ import timeit
 import numpy as np
 
 from dpsql import postprocess
+from dpsql.postprocess.expr import Avg
 
 ROWS = (8, 51, 500, 5000)
-EXPR = ("avg", "s", "c", 0.0, 500000.0)
+EXPR = Avg("s", "c", 0.0, 500000.0)
+TUPLE_EXPR = ("avg", "s", "c", 0.0, 500000.0)     # the same, for a postprocess.py of before the nodes
+
+
+def _expr(module):
+    return TUPLE_EXPR if hasattr(module, "_vector") else EXPR
 
 
 def _load(path: str):
@@ -36,7 +44,8 @@ def _load(path: str):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--compare", help="another checkout's dpsql/postprocess.py, timed in the same run")
+    ap.add_argument("--compare", help="another checkout's dpsql/postprocess/simulate.py (or, before the "
+                    "expression nodes, dpsql/postprocess.py), timed in the same run")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args(argv)
     modules = {"this checkout": postprocess}
@@ -58,9 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         widths = {}
         for _ in range(args.repeat):
             for name, module in modules.items():      # interleaved
-                t = timeit.timeit(lambda m=module: m.simulated_half_widths(EXPR, envs, draws, keys), number=number)
+                e = _expr(module)
+                t = timeit.timeit(lambda m=module: m.simulated_half_widths(e, envs, draws, keys), number=number)
                 best[name] = min(best[name], t / number * 1000)
-                widths[name] = module.simulated_half_widths(EXPR, envs, draws, keys)
+                widths[name] = module.simulated_half_widths(e, envs, draws, keys)
         if len({repr(w) for w in widths.values()}) != 1:
             print(f"the widths differ at {rows} rows", file=sys.stderr)
             return 1

@@ -345,10 +345,11 @@ class Session:
     def _present(self, r: Result, plan: QueryPlan) -> Result:
         """The released result as this session's settings show it (postprocess.present): only
         post-processing of released values and public facts of the plan."""
-        counts = postprocess.through([o.noisy and o.expr[0] == "ref" and _is_count(plan, o.expr[1])
+        counts = postprocess.through([o.noisy and isinstance(o.expr, postprocess.Ref) and _is_count(plan, o.expr.name)
                                       for o in plan.outputs], plan.wraps, False)
         noisy = postprocess.through([o.noisy for o in plan.outputs], plan.wraps, False)
-        bounds = postprocess.through([(float(o.expr[3]), float(o.expr[4])) if o.noisy and o.expr[0] == "avg" else None
+        bounds = postprocess.through([(float(o.expr.lo), float(o.expr.hi))
+                                      if o.noisy and isinstance(o.expr, postprocess.Avg) else None
                                       for o in plan.outputs], plan.wraps, None)
         p = postprocess.present(r.columns, r.types, r.db_types, r.rows, r.accuracy, r.half_widths, counts, noisy,
                                 intervals=self.intervals, round_counts=self.round, bounds=bounds,
@@ -901,8 +902,8 @@ class Session:
         for o in plan.outputs:
             if o.noisy:
                 out.append("DOUBLE")
-            elif o.expr[0] == "key":
-                out.append(plan.keys[o.expr[1]].sql_type or "VARCHAR")
+            elif isinstance(o.expr, postprocess.Key):
+                out.append(plan.keys[o.expr.index].sql_type or "VARCHAR")
             else:
                 out.append("VARCHAR")
         return postprocess.through(out, plan.wraps, "VARCHAR")
@@ -949,12 +950,12 @@ class Session:
         if not output.noisy:
             return None
         expr = output.expr
-        if expr[0] == "clamp":      # sample-and-aggregate: [mid +] one noisy mean, clamped to its range
-            expr = expr[1][2] if expr[1][0] == "add" else expr[1]
-        if expr[0] == "ref":
-            m = mechs[expr[1]]
+        if isinstance(expr, postprocess.Clamp):      # sample-and-aggregate: [mid +] one noisy mean, clamped
+            expr = expr.arg.b if isinstance(expr.arg, postprocess.Add) else expr.arg
+        if isinstance(expr, postprocess.Ref):
+            m = mechs[expr.name]
             return Accuracy(m.name, m.scale, m.half_width())
-        names = _refs(output.expr)
+        names = output.expr.refs()
         kinds = {mechs[n].name for n in names}
         return Accuracy(kinds.pop() if len(kinds) == 1 else "mixed", None, None)
 
@@ -1359,20 +1360,6 @@ def _output_names(plan: QueryPlan) -> list[str]:
     if plan.wraps:
         return [name for name, _ in plan.wraps[-1].outputs] if not plan.names else list(plan.names)
     return [o.name for o in plan.outputs]
-
-
-def _refs(expr: tuple) -> set[str]:
-    if expr[0] == "ref":
-        return {expr[1]}
-    if expr[0] == "avg":
-        return {expr[1], expr[2]}
-    if expr[0] == "var":
-        return {expr[1], expr[2], expr[3]}
-    out: set[str] = set()
-    for a in expr[1:]:
-        if isinstance(a, tuple):
-            out |= _refs(a)
-    return out
 
 
 def _float_setting(name: str, value: str) -> float:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tests.conftest import benchmark_script
 
-POSTPROCESS = Path(__file__).resolve().parents[1] / "dpsql" / "postprocess.py"
+POSTPROCESS = Path(__file__).resolve().parents[1] / "dpsql" / "postprocess" / "simulate.py"
 
 
 def test_simulation_benchmark_table(capsys):
@@ -20,7 +20,7 @@ def test_simulation_benchmark_table(capsys):
 
 
 def test_simulation_benchmark_reports_different_widths(tmp_path, capsys):
-    broken = tmp_path / "postprocess.py"
+    broken = tmp_path / "simulate.py"
     broken.write_text(POSTPROCESS.read_text().replace("k = math.ceil(0.95 * (n - 1))", "k = math.ceil(0.9 * (n - 1))"))
     with benchmark_script("simulation") as bench:
         assert bench.main(["--repeat", "1", "--compare", str(broken)]) == 1

@@ -20,6 +20,7 @@ from dpsql.analysis.per_unit import cast_in_bounds, exact_bounds
 from dpsql.analysis.sqltypes import NUMERIC, family
 from dpsql.analysis.subset import refuse_expression
 from dpsql.errors import QueryRejected
+from dpsql.postprocess.expr import Avg, Ref, Var
 
 AGGREGATES = (exp.Count, exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevPop,
                exp.StddevSamp) + sa.AGGREGATES
@@ -91,12 +92,12 @@ class Aggregates:
             if not isinstance(col, exp.Column) or self.resolve(col, "COUNT")[0] not in self.rel.unit_class:
                 return distinct_counts.aggregate(self, col, cond)     # another column: dpsql.analysis.distinct
             # each unit adds 1 to each group it has a (passing) row in: a count clamped to 1
-            return ("ref", self._measure(Count, None, f"COUNT(DISTINCT {col.name}){suffix}", cond, cap=1).name)
+            return Ref(self._measure(Count, None, f"COUNT(DISTINCT {col.name}){suffix}", cond, cap=1).name)
         if isinstance(node, exp.Count):
             if isinstance(arg, exp.Star):
-                return ("ref", self._measure(Count, None, f"COUNT(*){suffix}", cond).name)
+                return Ref(self._measure(Count, None, f"COUNT(*){suffix}", cond).name)
             d = self._input(arg, "COUNT")
-            return ("ref", self._measure(Count, d, f"COUNT({d.label}){suffix}", cond).name)
+            return Ref(self._measure(Count, d, f"COUNT({d.label}){suffix}", cond).name)
         d = self._input(arg, fname)
         if not d.bounded:
             raise QueryRejected(f"{fname}({d.label})", "the column has no declared bounds, so one person's "
@@ -105,11 +106,11 @@ class Aggregates:
         if d.kind != "num":
             raise QueryRejected(f"{fname}({d.label})", "the column is not numeric")
         if isinstance(node, exp.Sum):
-            return ("ref", self._measure(Sum, d, f"SUM({d.label}){suffix}", cond).name)
+            return Ref(self._measure(Sum, d, f"SUM({d.label}){suffix}", cond).name)
         s = self._measure(CenteredSum, d, f"{fname.upper()}({d.label}) centered sum{suffix}", cond)
         c = self._measure(Count, d, f"COUNT({d.label}){suffix}", cond)
         if isinstance(node, exp.Avg):
-            return ("avg", s.name, c.name, float(s.lo), float(s.hi))
+            return Avg(s.name, c.name, float(s.lo), float(s.hi))
         if max(abs(d.lo), abs(d.hi)) >= VAR_LIMIT:
             # The squared sum adds (2x - (lo + hi))^2 in the engine's 128-bit (or 38-digit) type
             # (dpsql.analysis.measures.SquaredSum.row_aggregate): with |lo|, |hi| < 1e17 (and so their
@@ -121,7 +122,7 @@ class Aggregates:
         q = self._measure(SquaredSum, d, f"{fname.upper()}({d.label}) squared sum{suffix}", cond)
         sample = isinstance(node, (exp.Variance, exp.Stddev, exp.StddevSamp))
         root = isinstance(node, (exp.Stddev, exp.StddevSamp, exp.StddevPop))
-        return ("var", s.name, q.name, c.name, float(s.lo), float(s.hi), sample, root)
+        return Var(s.name, q.name, c.name, float(s.lo), float(s.hi), sample, root)
 
     def _input(self, arg: exp.Expression, what: str) -> _Input:
         """What an aggregate reads: a declared column (as it is), or a row expression over declared

@@ -23,11 +23,12 @@ from sqlglot import exp
 
 from dpsql.analysis.measures import NoiseSpec, additive_spec
 from dpsql.errors import QueryRejected
+from dpsql.postprocess.expr import Ref
 
 
 @dataclass(frozen=True, slots=True)
 class DistinctCount:
-    name: str                   # "_d0": the released count, ("ref", name) in post-processing
+    name: str                   # "_d0": the released count, Ref(name) in post-processing
     input: exp.Expression       # the qualified column
     label: str
     sql_type: str = ""          # the column's SQL type
@@ -48,7 +49,7 @@ def aggregate(analysis, col: exp.Expression, cond: exp.Expression | None) -> tup
     found: dict = analysis.__dict__.setdefault("distincts", {})
     if d.key not in found:
         found[d.key] = DistinctCount(f"_d{len(found)}", d.sql, f"COUNT(DISTINCT {d.label})", d.sql_type)
-    return ("ref", found[d.key].name)
+    return Ref(found[d.key].name)
 
 
 def plan_distincts(analysis) -> tuple[DistinctCount, ...]:

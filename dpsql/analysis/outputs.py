@@ -17,8 +17,9 @@ from dpsql.analysis.predicates import Predicates
 from dpsql.analysis.sqltypes import tracking
 from dpsql.analysis.subset import CMP, refuse_expression
 from dpsql.errors import QueryRejected
+from dpsql.postprocess.expr import Add, And, Cmp, Div, IsNull, Key, Lit, Mul, Neg, Not, Or, Sub
 
-_ARITH = {exp.Add: "add", exp.Sub: "sub", exp.Mul: "mul", exp.Div: "div"}
+_ARITH = {exp.Add: Add, exp.Sub: Sub, exp.Mul: Mul, exp.Div: Div}
 
 
 class Outputs:
@@ -31,8 +32,8 @@ class Outputs:
             alias = item.alias if isinstance(item, exp.Alias) else None
             node = item.unalias() if isinstance(item, exp.Alias) else item
             expr = self._post(node, "SELECT")
-            noisy = _has_noise(expr)
-            if not noisy and expr[0] != "key":
+            noisy = expr.noisy()
+            if not noisy and not isinstance(expr, Key):
                 raise QueryRejected("a constant in SELECT", "select group columns and aggregates")
             name = alias or output_name(node, i)
             outputs.append(Output(name, expr, noisy, node.sql("postgres")))
@@ -59,7 +60,7 @@ class Outputs:
             return quantile_measures.aggregate(self, node)
         ref = "expr:" + node.sql("postgres")
         if not isinstance(node, exp.Column) and ref in self.key_refs:
-            return ("key", self.key_refs.index(ref))
+            return Key(self.key_refs.index(ref))
         if isinstance(node, exp.Column):
             if not node.table and node.name.lower() in self.aliases and where != "SELECT":
                 if node.name.lower() in self.alias_twice:       # PostgreSQL refuses it too
@@ -71,7 +72,7 @@ class Outputs:
                 raise QueryRejected(f"the bare column {info.name!r} in {where}",
                                     "only GROUP BY columns and aggregates can be released",
                                     f"add {info.name} to GROUP BY or aggregate it")
-            return ("key", self.key_refs.index(ref))
+            return Key(self.key_refs.index(ref))
         return _literal_or_op(node, where, lambda n: self._post(n, where))
 
     # -- ORDER BY, LIMIT
@@ -132,41 +133,41 @@ def _literal_or_op(node: exp.Expression, where: str, sub: Callable[[exp.Expressi
     """Literals, arithmetic and (outside SELECT) comparisons and logic of post-processing."""
     if isinstance(node, exp.Literal):
         if node.is_string:
-            return ("lit", node.this)
+            return Lit(node.this)
         if not NUMBER.fullmatch(node.this):
             raise QueryRejected("a malformed number", "write numbers in plain decimal form")
-        return ("lit", float(node.this))
+        return Lit(float(node.this))
     if isinstance(node, exp.Boolean):
-        return ("lit", bool(node.this))
+        return Lit(bool(node.this))
     if isinstance(node, exp.Null):
-        return ("lit", None)
+        return Lit(None)
     if isinstance(node, exp.Neg):
-        return ("neg", _numeric(sub(node.this)))
+        return Neg(_numeric(sub(node.this)))
     if type(node) in _ARITH:
-        return (_ARITH[type(node)], _numeric(sub(node.this)), _numeric(sub(node.expression)))
+        return _ARITH[type(node)](_numeric(sub(node.this)), _numeric(sub(node.expression)))
     if where != "SELECT":
         if type(node) in CMP:
-            return ("cmp", CMP[type(node)], sub(node.this), sub(node.expression))
+            return Cmp(CMP[type(node)], sub(node.this), sub(node.expression))
         if isinstance(node, exp.And):
-            return ("and", sub(node.this), sub(node.expression))
+            return And(sub(node.this), sub(node.expression))
         if isinstance(node, exp.Or):
-            return ("or", sub(node.this), sub(node.expression))
+            return Or(sub(node.this), sub(node.expression))
         if isinstance(node, exp.Not):
-            return ("not", sub(node.this))
+            return Not(sub(node.this))
         if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
-            return ("isnull", sub(node.this), bool(node.args.get("negate")))
+            return IsNull(sub(node.this), bool(node.args.get("negate")))
         if isinstance(node, exp.Between):
             v = sub(node.this)
-            return ("and", ("cmp", ">=", v, sub(node.args["low"])), ("cmp", "<=", v, sub(node.args["high"])))
+            return And(Cmp(">=", v, sub(node.args["low"])), Cmp("<=", v, sub(node.args["high"])))
     raise refuse_expression(node, where)
 
 
 
 def _numeric(expr: Expr) -> Expr:
     """Arithmetic takes noisy aggregates and numeric literals only."""
-    if expr[0] == "key":
+    if isinstance(expr, Key):
         raise QueryRejected("arithmetic on a GROUP BY column", "arithmetic applies to aggregates and numbers")
-    if expr[0] == "lit" and (expr[1] is None or isinstance(expr[1], (str, bool))):
+    if isinstance(expr, Lit) and (expr.value is None or isinstance(expr.value, (str, bool))):
         raise QueryRejected("arithmetic on a non-number", "arithmetic applies to aggregates and numbers")
     return expr
 
@@ -174,7 +175,7 @@ def _numeric(expr: Expr) -> Expr:
 
 def _compile_wrap(w: Wrapper, names: list[str]) -> Wrap:
     """An outer query's items, filter and order as expressions over the inner rows' columns
-    (("key", i): the inner output at position i): post-processing of released values only. Its
+    (Key(i): the inner output at position i): post-processing of released values only. Its
     ORDER BY may also name its own outputs (by alias or position), as PostgreSQL's does."""
     def sub(where: str):
         def compile_(node: exp.Expression) -> Expr:
@@ -187,7 +188,7 @@ def _compile_wrap(w: Wrapper, names: list[str]) -> Wrap:
                         return outputs[own.index(name)][1]
                     raise QueryRejected(f"the column {node.name!r} of the outer query",
                                         "it is not an output of the query it wraps")
-                return ("key", names.index(name))
+                return Key(names.index(name))
             if where == "ORDER BY" and isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit():
                 pos = int(node.this)
                 if not 1 <= pos <= len(outputs):
@@ -207,8 +208,3 @@ def _compile_wrap(w: Wrapper, names: list[str]) -> Wrap:
     return Wrap(outputs, where, order, count_literal(w.limit, "LIMIT"), count_literal(w.offset, "OFFSET") or 0)
 
 
-
-def _has_noise(expr: Expr) -> bool:
-    if expr[0] in ("ref", "avg", "var"):
-        return True
-    return any(isinstance(a, tuple) and _has_noise(a) for a in expr[1:])

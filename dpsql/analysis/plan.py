@@ -3,21 +3,9 @@
 Everything the later steps need (rewrite, noise, post-processing, EXPLAIN DP) is
 here; nothing about a query lives on the Session or the engine.
 
-Post-processing expressions (SELECT arithmetic, HAVING, ORDER BY) are small tuple
-trees, so that post-processing needs no sqlglot:
-
-    ("lit", value)              a literal
-    ("ref", name)               a noisy measure, by its column name in the rewrite
-    ("key", i)                  the i-th GROUP BY key (exact: keys are public or selected)
-    ("avg", s, c, lo, hi)       clamp(mid + s/max(c, 1), lo, hi), mid=(lo+hi)/2, s the
-                                centered sum in value units (the Session divides by Measure.divisor,
-                                dpsql.analysis.measures)
-    ("var", s, q, c, lo, hi, sample, root)
-                                q/c - (s/c)^2 clamped to [0, ((hi-lo)/2)^2] (s the centered sum, q the
-                                sum of squares of x - mid); sample: times c/(c-1); root: its sqrt
-    ("neg", a)  ("add"|"sub"|"mul"|"div", a, b)
-    ("cmp", op, a, b)           op in = <> < <= > >=
-    ("and", a, b) ("or", a, b) ("not", a) ("isnull", a, negated)
+Post-processing expressions (SELECT arithmetic, HAVING, ORDER BY, outer queries) are small trees
+of the typed nodes of dpsql.postprocess.expr (Lit, Ref, Key, Avg, Var, Clamp, Neg, Add, Sub, Mul,
+Div, Cmp, And, Or, Not, IsNull, Win), so that post-processing needs no sqlglot.
 """
 from __future__ import annotations
 
@@ -29,9 +17,8 @@ from sqlglot import exp
 from dpsql.analysis.measures import Measure, NoiseSpec
 from dpsql.analysis.relation import Relation
 from dpsql.ledger.accounting import Cost
+from dpsql.postprocess.expr import Expr
 from dpsql.policy import TablePolicy
-
-Expr = tuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +58,7 @@ class Output:
 @dataclass(frozen=True, slots=True)
 class Wrap:
     """Post-processing by an outer query (a BI tool's wrapper) over the released rows:
-    outputs (name, expr over the inner outputs by position: ("col", i)), a filter, an order, a
+    outputs (name, expr over the inner outputs by position: Key(i)), a filter, an order, a
     limit; the same small expression trees as HAVING."""
     outputs: tuple[tuple[str, Expr], ...]
     where: Expr | None

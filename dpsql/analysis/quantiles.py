@@ -24,6 +24,7 @@ from sqlglot import exp
 from dpsql.analysis.literals import NUMBER
 from dpsql.analysis.measures import Mechanism, NoiseSpec
 from dpsql.errors import QueryRejected
+from dpsql.postprocess.expr import Ref
 
 BINS = 1024                         # equal-width bins over the range (the grid of the estimate)
 MAX_BOUND = Fraction(10) ** 300     # bins are computed in DOUBLE on DuckDB/Spark: keep far from overflow
@@ -35,7 +36,7 @@ _ANON = {"quantile_cont": "QUANTILE_CONT", "quantile_disc": "QUANTILE_DISC", "qu
 @dataclass(frozen=True, slots=True)
 class Quantile:
     """One released quantile: q of `input` over [lo, hi] (its histogram column `hist`)."""
-    name: str                       # "_q0": the released value, ("ref", name) in post-processing
+    name: str                       # "_q0": the released value, Ref(name) in post-processing
     hist: str                       # "_qh0": the engine's histogram column (shared by equal inputs)
     q: Fraction
     lo: Fraction
@@ -146,7 +147,7 @@ def aggregate(analysis, node: exp.Expression) -> tuple:
     key = (d.key, q)
     if key not in qs:
         qs[key] = Quantile(f"_q{len(qs)}", hist, q, lo, hi, d.sql, label, d.derived)
-    return ("ref", qs[key].name)
+    return Ref(qs[key].name)
 
 
 def _decimal(x: Fraction, *, up: bool) -> Fraction:

@@ -108,7 +108,7 @@ def classify(where: exp.Expression | None, ids: frozenset[str] | TablePolicy) ->
     if isinstance(ids, TablePolicy):
         ids = identity_columns(ids)
     tree = _nnf(where, False)
-    conjuncts = tree[1] if tree[0] == "and" else [tree]
+    conjuncts = tree.items if isinstance(tree, _Junction) and tree.conj else (tree,)
     population = " AND ".join(sorted({_render(c, top=True) for c in conjuncts if not _mentions(c, ids)}))
     shape = _shape(tree, ids)
     if shape is None:
@@ -119,38 +119,54 @@ def classify(where: exp.Expression | None, ids: frozenset[str] | TablePolicy) ->
 
 
 # ----------------------------------------------------------------------------- normal form
-# A node is ("and", [nodes]), ("or", [nodes]) or ("leaf", expression, negated).
+# A node is a _Leaf (a condition, perhaps negated) or a _Junction (AND or OR of nodes, flattened:
+# no child is a junction of the same kind).
 
-def _nnf(node: exp.Expression, neg: bool) -> tuple:
+@dataclass(frozen=True, slots=True)
+class _Leaf:
+    expr: exp.Expression
+    negated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Junction:
+    conj: bool                                  # True: AND, False: OR
+    items: tuple[_Leaf | _Junction, ...]
+
+
+_Node = _Leaf | _Junction
+
+
+def _nnf(node: exp.Expression, neg: bool) -> _Node:
     """Negation normal form over AND/OR/NOT/Paren, flattened; other nodes are leaves."""
     while isinstance(node, exp.Paren):
         node = node.this
     if isinstance(node, exp.Not):
         return _nnf(node.this, not neg)
     if isinstance(node, (exp.And, exp.Or)):
-        op = "and" if isinstance(node, exp.And) != neg else "or"
-        out: list[tuple] = []
+        conj = isinstance(node, exp.And) != neg
+        out: list[_Node] = []
         for side in (node.this, node.expression):
             child = _nnf(side, neg)
-            out.extend(child[1] if child[0] == op else [child])
-        return (op, out)
-    return ("leaf", node, neg)
+            out.extend(child.items if isinstance(child, _Junction) and child.conj == conj else [child])
+        return _Junction(conj, tuple(out))
+    return _Leaf(node, neg)
 
 
-def _render(node: tuple, top: bool = False) -> str:
+def _render(node: _Node, top: bool = False) -> str:
     """Canonical SQL of a normal-form node: operands of AND/OR sorted and deduplicated."""
-    if node[0] == "leaf":
-        return (exp.Not(this=node[1].copy()) if node[2] else node[1]).sql()
-    if node[0] == "and":
-        return " AND ".join(sorted({f"({_render(c)})" if c[0] == "or" else _render(c) for c in node[1]}))
-    text = " OR ".join(sorted({f"({_render(c)})" if c[0] == "and" else _render(c) for c in node[1]}))
-    return f"({text})" if top else text
+    if isinstance(node, _Leaf):
+        return (exp.Not(this=node.expr.copy()) if node.negated else node.expr).sql()
+    # a junction's children are leaves or junctions of the other kind, which take parentheses
+    parts = {f"({_render(c)})" if isinstance(c, _Junction) else _render(c) for c in node.items}
+    text = (" AND " if node.conj else " OR ").join(sorted(parts))
+    return f"({text})" if top and not node.conj else text
 
 
-def _mentions(node: tuple, ids: frozenset[str]) -> bool:
-    if node[0] == "leaf":
-        return any(c.name.lower() in ids for c in node[1].find_all(exp.Column))
-    return any(_mentions(c, ids) for c in node[1])
+def _mentions(node: _Node, ids: frozenset[str]) -> bool:
+    if isinstance(node, _Leaf):
+        return any(c.name.lower() in ids for c in node.expr.find_all(exp.Column))
+    return any(_mentions(c, ids) for c in node.items)
 
 
 # ----------------------------------------------------------------------------- shapes
@@ -168,18 +184,18 @@ def _unique(items) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
 
-def _shape(node: tuple, ids: frozenset[str]) -> _Shape | None:
+def _shape(node: _Node, ids: frozenset[str]) -> _Shape | None:
     """The identity shape of a normal-form node; None if it mentions no identity column."""
     if not _mentions(node, ids):
         return None
-    if node[0] == "leaf":
-        return _leaf(node[1], node[2], ids)
-    subs = [_shape(c, ids) for c in node[1]]
+    if isinstance(node, _Leaf):
+        return _leaf(node.expr, node.negated, ids)
+    subs = [_shape(c, ids) for c in node.items]
     shapes = [s for s in subs if s is not None]
-    if len(shapes) == 1 and node[0] == "and":
+    if len(shapes) == 1 and node.conj:
         return shapes[0]
     columns = frozenset().union(*(s.columns for s in shapes))
-    return _and(shapes, columns) if node[0] == "and" else _or(shapes, columns, mixed=None in subs)
+    return _and(shapes, columns) if node.conj else _or(shapes, columns, mixed=None in subs)
 
 
 def _and(shapes: list[_Shape], columns: frozenset[str]) -> _Shape:

@@ -59,6 +59,7 @@ from dpsql.analysis.measures import SampleAggregate
 from dpsql.analysis.per_unit import exact_bounds
 from dpsql.errors import QueryRejected
 from dpsql.policy import exact
+from dpsql.postprocess.expr import Add, Clamp, Expr, Lit, Ref
 
 FUNCTIONS: dict[type, str] = {exp.Corr: "corr", exp.CovarPop: "covar_pop", exp.CovarSamp: "covar_samp",
                               exp.RegrSlope: "regr_slope", exp.RegrIntercept: "regr_intercept"}
@@ -92,7 +93,7 @@ def _range(fname: str, declared, a, b) -> tuple[Fraction, Fraction, str]:
                         f"ask the data owner to declare one: [functions] {fname} = {{ lower = ..., upper = ... }}")
 
 
-def measure(an, node: exp.Expression, cond: exp.Expression | None, suffix: str) -> tuple:
+def measure(an, node: exp.Expression, cond: exp.Expression | None, suffix: str) -> Expr:
     """The plan's expression for one sample-and-aggregate call (an: the running analysis)."""
     fname = FUNCTIONS[type(node)]
     what = fname.upper()
@@ -137,10 +138,10 @@ def measure(an, node: exp.Expression, cond: exp.Expression | None, suffix: str) 
                                            derived=derived, sample=sa)
     m = an.measures[key]
     mid = (m.lo + m.hi) / 2
-    value: tuple = ("ref", m.name)
+    value: Expr = Ref(m.name)
     if mid != 0:
-        value = ("add", ("lit", float(mid)), value)
-    return ("clamp", value, float(m.lo), float(m.hi))
+        value = Add(Lit(float(mid)), value)
+    return Clamp(value, float(m.lo), float(m.hi))
 
 
 def check(measures) -> None:

@@ -34,6 +34,7 @@ from fractions import Fraction
 from dpsql.analysis.measures import Count, Mechanism, NoiseSpec, Sum
 from dpsql.analysis.plan import QueryPlan
 from dpsql.errors import QueryRejected
+from dpsql.postprocess.expr import Ref
 
 SETTING_VALUES = ("off", "noisy_max")
 SELECT_SHARE = Fraction(1, 2)     # of the query's epsilon, to the selection when values are released too
@@ -77,7 +78,7 @@ def applies(plan: QueryPlan) -> bool:
     or an outer query that orders and cuts the grouped query's rows."""
     if not plan.keys:
         return False
-    if plan.limit is not None and any(_noisy(e) for e, _, _ in plan.order):
+    if plan.limit is not None and any(e.noisy() for e, _, _ in plan.order):
         return True
     return any(w.order and w.limit is not None for w in plan.wraps) and any(o.noisy for o in plan.outputs)
 
@@ -85,7 +86,7 @@ def applies(plan: QueryPlan) -> bool:
 def plan_topk(plan: QueryPlan, epsilon: float, delta: float, mechanism: str) -> QueryPlan:
     """The plan answered as a top-k selection (module docstring), or a refusal saying why not.
     Call only when applies(plan)."""
-    if plan.limit is None or not any(_noisy(e) for e, _, _ in plan.order):
+    if plan.limit is None or not any(e.noisy() for e, _, _ in plan.order):
         raise _refuse("ORDER BY and LIMIT in an outer query", "an outer query that orders and cuts the "
                       "grouped query's noisy rows is not a top-k selection",
                       "write ORDER BY aggregate DESC LIMIT k in the grouped query itself, or SET dpsql.topk = off")
@@ -109,11 +110,11 @@ def plan_topk(plan: QueryPlan, epsilon: float, delta: float, mechanism: str) -> 
                       "scores keys by one COUNT or SUM, and the query may release only that aggregate",
                       "rank by COUNT(*) or SUM(column) and drop the other aggregates")
     expr, desc, _ = plan.order[0]
-    if expr[0] != "ref":
+    if not isinstance(expr, Ref):
         raise _refuse("ORDER BY an expression", "the selection ranks by one COUNT or SUM itself, "
                       "not by arithmetic of aggregates", "ORDER BY the aggregate alone")
     m = plan.measures[0]
-    if m.name != expr[1] or type(m) not in (Count, Sum):
+    if m.name != expr.name or type(m) not in (Count, Sum):
         raise _refuse(f"ORDER BY {m.label or 'this aggregate'}", "the selection scores keys by a COUNT or a "
                       "SUM over a bounded column only")
     k, size = plan.limit, plan.domain_size
@@ -149,14 +150,6 @@ def rho_parts(k: int, share: float) -> tuple[tuple[str, float, float], ...]:
     """The selection as parts for dpsql.noise.mechanisms.epsilon_for_rho: k peels of the exponential
     mechanism (rho_bound 'exponential': eps^2/8 each, exact for a bounded-range peel) at share/k."""
     return ((Mechanism.EXPONENTIAL, share / k, 0.0),) * k
-
-
-def _noisy(expr) -> bool:
-    if not isinstance(expr, tuple) or not expr:
-        return False
-    if expr[0] in ("ref", "avg", "var"):
-        return True
-    return any(isinstance(a, tuple) and _noisy(a) for a in expr[1:])
 
 
 __all__ = ["SETTING_VALUES", "TopK", "applies", "plan_topk", "rho_parts"]

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from dpsql.errors import QueryRejected
+from dpsql.postprocess.expr import Key, Win
 
 # Functions the outer query may call (sqlglot class names, lower-case; Anonymous by name).
 _WINDOW_FUNCS = {"rownumber", "rank", "denserank", "percentrank", "cumedist", "ntile", "lag", "lead",
@@ -44,8 +45,8 @@ class SqlWrap:
 
     columns: the core's output names, in order (the released table's columns). sql: the outer
     query in DuckDB's SQL, FROM `_released` (with a `_dprow` column: the released row's position,
-    selected last so that a selected column keeps its half-width). outputs: (name, ("key", i)
-    for a core column selected as it is, or ("win", sql type) for a computed one)."""
+    selected last so that a selected column keeps its half-width). outputs: (name, Key(i)
+    for a core column selected as it is, or Win(sql type) for a computed one)."""
     columns: tuple[str, ...]
     sql: str
     outputs: tuple[tuple[str, tuple], ...]
@@ -210,10 +211,10 @@ def compile_wrap(parts: dict, core_names: list[str], limit: int | None, offset: 
     for name, e in parts["outputs"]:
         if isinstance(e, int):
             select.append(exp.alias_(exp.column(core_names[e], quoted=True), name, quoted=True))
-            outputs.append((name, ("key", e)))
+            outputs.append((name, Key(e)))
         else:
             select.append(exp.alias_(_quote_columns(e), name, quoted=True))
-            outputs.append((name, ("win", _type_of(e))))
+            outputs.append((name, Win(_type_of(e))))
     distinct = parts["distinct"]
     if not distinct:
         select.append(exp.column("_dprow"))

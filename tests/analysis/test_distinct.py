@@ -6,6 +6,7 @@ import math
 import pytest
 
 from dpsql.errors import QueryRejected
+from dpsql.postprocess import Ref
 from tests.analysis.test_quantile_analysis import plan
 
 
@@ -15,7 +16,7 @@ def test_count_distinct_column_is_a_count_with_the_row_bound():
     spec = next(s for s in p.noise if s.target == dc.name)
     assert spec.mechanism == "laplace" and spec.linf == 5 and p.l0 == 2
     assert spec.l1 == 10 and spec.l2 == pytest.approx(5 * math.sqrt(2)) and spec.epsilon == pytest.approx(0.5)
-    assert p.outputs[1].expr == ("ref", dc.name)
+    assert p.outputs[1].expr == Ref(dc.name)
 
 
 def test_count_distinct_unit_is_still_the_unit_count():

@@ -11,6 +11,7 @@ from dpsql.analysis.analyze import Schema, Settings, analyze
 from dpsql.analysis.parse import classify
 from dpsql.errors import QueryRejected
 from dpsql.policy import load_policy
+from dpsql.postprocess import Key, Var
 from dpsql.rewrite import to_sql
 
 TYPES = {"pid": "BIGINT", "age": "INTEGER", "income": "DOUBLE", "state": "VARCHAR", "score": "DECIMAL(10,2)",
@@ -57,7 +58,7 @@ def test_group_by_an_expression_releases_its_derived_domain(expr, domain):
     p = plan(f"SELECT {expr} AS k, COUNT(*) FROM p GROUP BY {expr}")
     assert p.keys[0].domain == domain
     assert p.selection is None and p.domain_size == len(domain)
-    assert [o.expr for o in p.outputs][0] == ("key", 0)
+    assert [o.expr for o in p.outputs][0] == Key(0)
 
 
 D = datetime.date
@@ -137,8 +138,8 @@ def test_variance_and_stddev():
     assert ("sum", False, True) in kinds and ("sum", True, False) in kinds and ("count", False, False) in kinds
     sq = next(m for m in p.measures if m.squared and m.column == "age")
     assert p.noise[p.measures.index(sq)].linf == 2 * 60 ** 2          # rows x ((hi - lo) / 2)^2
-    assert p.outputs[0].expr[0] == "var" and p.outputs[0].expr[6] is True      # VARIANCE is the sample one
-    assert p.outputs[1].expr[6] is False and p.outputs[1].expr[7] is True       # STDDEV_POP: root, population
+    assert isinstance(p.outputs[0].expr, Var) and p.outputs[0].expr.sample is True      # VARIANCE is the sample one
+    assert p.outputs[1].expr.sample is False and p.outputs[1].expr.root is True       # STDDEV_POP: root, population
 
 
 def test_where_narrows_a_public_domain():

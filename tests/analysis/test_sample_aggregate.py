@@ -11,6 +11,7 @@ from dpsql.analysis.parse import classify
 from dpsql.datagen import demo_policy
 from dpsql.errors import PolicyError, QueryRejected
 from dpsql.policy import load_policy
+from dpsql.postprocess import Add, Clamp, Ref
 
 _PEOPLE = {"person_id": "BIGINT", "age": "INTEGER", "income": "DOUBLE", "state": "VARCHAR", "sex": "VARCHAR",
            "education": "VARCHAR"}
@@ -137,7 +138,7 @@ def test_corr_range_and_sensitivity():
     m, spec = plan.measures[0], plan.noise[0]
     assert m.kind == "sample" and (m.lo, m.hi) == (-1, 1) and m.sample.blocks == 10
     assert spec.linf == pytest.approx(0.2) and spec.l1 >= 0.2
-    assert plan.outputs[0].expr == ("clamp", ("ref", m.name), -1.0, 1.0)
+    assert plan.outputs[0].expr == Clamp(Ref(m.name), -1.0, 1.0)
 
 
 def test_covariance_ranges_derived_from_bounds():
@@ -155,7 +156,7 @@ def test_declared_range_and_grouped_l0():
     assert (m.lo, m.hi) == (-100, 1000)
     assert spec.linf == pytest.approx(110.0)
     assert spec.l1 == pytest.approx(plan.l0 * 110.0)
-    assert plan.outputs[1].expr[0] == "clamp" and plan.outputs[1].expr[1][0] == "add"
+    assert isinstance(plan.outputs[1].expr, Clamp) and isinstance(plan.outputs[1].expr.arg, Add)
 
 
 def test_policy_functions_validated():

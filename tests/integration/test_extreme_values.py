@@ -929,7 +929,7 @@ def test_extreme_keys_are_released_typed_or_as_text_in_a_total_order(engine, tmp
     with text ones."""
     from sqlglot import exp
 
-    from dpsql.postprocess import _sort_key
+    from dpsql.postprocess.table import _sort_key
     from dpsql.rewrite.keys import key_text
     from dpsql.session import _typed_key
     sessions = engine.sessions(tmp_path, ("crowd",))

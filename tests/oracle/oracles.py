@@ -32,6 +32,7 @@ from decimal import Decimal
 import duckdb
 
 import dpsql
+from dpsql.postprocess import Ref
 from dpsql.errors import QueryRejected
 
 from tests.oracle.generator import Case, Pair
@@ -231,8 +232,8 @@ def measures(case: Case, plan) -> dict[int, tuple[float, float]]:
     spec = {n.target: n for n in plan.noise}
     out = {}
     for i, o in enumerate(plan.outputs[case.nkeys:]):
-        if o.noisy and o.expr[0] == "ref" and o.expr[1] in spec:
-            out[i] = (spec[o.expr[1]].linf, spec[o.expr[1]].l1)
+        if o.noisy and isinstance(o.expr, Ref) and o.expr.name in spec:
+            out[i] = (spec[o.expr.name].linf, spec[o.expr.name].l1)
     return out
 
 

@@ -5,57 +5,59 @@ import math
 
 import pytest
 
-from dpsql.postprocess import evaluate, finish, half_width
+from dpsql.postprocess import (
+    Add, And, Avg, Cmp, Div, IsNull, Key, Lit, Mul, Neg, Not, Or, Ref, Sub, Var, finish, half_width,
+)
 
 ENV = {"_v0": 10.0, "_v1": -4.0, "_v2": 0.0}
 W = {"_v0": 1.0, "_v1": 2.0, "_v2": 0.5}
 
 
 @pytest.mark.parametrize("expr, value", [
-    (("add", ("ref", "_v0"), ("lit", 2.0)), 12.0),
-    (("sub", ("ref", "_v0"), ("ref", "_v1")), 14.0),
-    (("mul", ("ref", "_v1"), ("lit", 3.0)), -12.0),
-    (("div", ("ref", "_v0"), ("ref", "_v2")), None),          # division by (noisy) zero: NULL, no error
-    (("neg", ("ref", "_v1")), 4.0),
-    (("cmp", ">", ("ref", "_v0"), ("lit", 5.0)), True),
-    (("and", ("cmp", ">", ("ref", "_v0"), ("lit", 5.0)), ("lit", None)), None),
-    (("or", ("lit", None), ("lit", True)), True),
-    (("not", ("cmp", "=", ("key", 0), ("lit", "CA"))), False),
-    (("isnull", ("lit", None), False), True),
-    (("cmp", "<", ("key", 0), ("lit", 3.0)), None),            # incomparable types: NULL, no error
+    (Add(Ref("_v0"), Lit(2.0)), 12.0),
+    (Sub(Ref("_v0"), Ref("_v1")), 14.0),
+    (Mul(Ref("_v1"), Lit(3.0)), -12.0),
+    (Div(Ref("_v0"), Ref("_v2")), None),          # division by (noisy) zero: NULL, no error
+    (Neg(Ref("_v1")), 4.0),
+    (Cmp(">", Ref("_v0"), Lit(5.0)), True),
+    (And(Cmp(">", Ref("_v0"), Lit(5.0)), Lit(None)), None),
+    (Or(Lit(None), Lit(True)), True),
+    (Not(Cmp("=", Key(0), Lit("CA"))), False),
+    (IsNull(Lit(None), False), True),
+    (Cmp("<", Key(0), Lit(3.0)), None),            # incomparable types: NULL, no error
 ])
 def test_evaluate(expr, value):
-    assert evaluate(expr, ENV, ("CA",)) == value
+    assert expr.evaluate(ENV, ("CA",)) == value
 
 
 def test_avg_is_clamped_and_safe_with_tiny_counts():
     env = {"s": 5000.0, "c": 0.6}
-    assert evaluate(("avg", "s", "c", 0.0, 100.0), env, ()) == 100.0   # clamped to the upper bound
+    assert Avg("s", "c", 0.0, 100.0).evaluate(env, ()) == 100.0   # clamped to the upper bound
     env = {"s": 5000.0, "c": 0.2}       # the noisy count rounds to no row: NULL, as AVG of no rows
-    assert evaluate(("avg", "s", "c", 0.0, 100.0), env, ()) is None
-    assert evaluate(("var", "s", "s", "c", 0.0, 100.0, False, False), env, ()) is None
+    assert Avg("s", "c", 0.0, 100.0).evaluate(env, ()) is None
+    assert Var("s", "s", "c", 0.0, 100.0, False, False).evaluate(env, ()) is None
     env = {"s": 5000.0, "c": 1.2}       # a sample variance of one row is NULL too
-    assert evaluate(("var", "s", "s", "c", 0.0, 100.0, True, True), env, ()) is None
-    assert evaluate(("var", "s", "s", "c", 0.0, 100.0, False, True), env, ()) is not None
+    assert Var("s", "s", "c", 0.0, 100.0, True, True).evaluate(env, ()) is None
+    assert Var("s", "s", "c", 0.0, 100.0, False, True).evaluate(env, ()) is not None
     env = {"s": -10.0, "c": 10.0}
-    assert evaluate(("avg", "s", "c", 0.0, 100.0), env, ()) == pytest.approx(49.0)
+    assert Avg("s", "c", 0.0, 100.0).evaluate(env, ()) == pytest.approx(49.0)
 
 
 def test_half_width_by_interval_arithmetic():
-    assert half_width(("ref", "_v0"), ENV, W, ()) == 1.0
-    assert half_width(("add", ("ref", "_v0"), ("ref", "_v1")), ENV, W, ()) == 3.0
-    assert half_width(("mul", ("ref", "_v0"), ("lit", 2.0)), ENV, W, ()) == 2.0
-    assert half_width(("div", ("ref", "_v0"), ("ref", "_v2")), ENV, W, ()) is None   # 0 in the denominator
-    w = half_width(("avg", "_v0", "_v2", 0.0, 10.0), {"_v0": 10.0, "_v2": 100.0}, {"_v0": 5.0, "_v2": 10.0}, ())
+    assert half_width(Ref("_v0"), ENV, W, ()) == 1.0
+    assert half_width(Add(Ref("_v0"), Ref("_v1")), ENV, W, ()) == 3.0
+    assert half_width(Mul(Ref("_v0"), Lit(2.0)), ENV, W, ()) == 2.0
+    assert half_width(Div(Ref("_v0"), Ref("_v2")), ENV, W, ()) is None   # 0 in the denominator
+    w = half_width(Avg("_v0", "_v2", 0.0, 10.0), {"_v0": 10.0, "_v2": 100.0}, {"_v0": 5.0, "_v2": 10.0}, ())
     assert 0 < w < 1
 
 
 def test_finish_having_order_limit_offset():
     rows = [(("a",), {"_v0": 5.0}, {"_v0": 1.0}), (("b",), {"_v0": 50.0}, {"_v0": 1.0}),
             (("c",), {"_v0": 20.0}, {"_v0": 1.0}), (("d",), {"_v0": 1.0}, {"_v0": 1.0})]
-    outputs = [("k", ("key", 0), False), ("n", ("ref", "_v0"), True)]
-    having = ("cmp", ">", ("ref", "_v0"), ("lit", 2.0))
-    t = finish(rows, outputs, having, [(("ref", "_v0"), True, True)], limit=2, offset=1)
+    outputs = [("k", Key(0), False), ("n", Ref("_v0"), True)]
+    having = Cmp(">", Ref("_v0"), Lit(2.0))
+    t = finish(rows, outputs, having, [(Ref("_v0"), True, True)], limit=2, offset=1)
     assert t.columns == ["k", "n"]
     assert t.rows == [("c", 20.0), ("a", 5.0)]
     assert t.widths == [(None, 1.0), (None, 1.0)]
@@ -63,8 +65,8 @@ def test_finish_having_order_limit_offset():
 
 def test_order_nulls_placement():
     rows = [((k,), {"_v0": v}, {"_v0": 0.0}) for k, v in [("a", 1.0), ("b", 0.0), ("c", 3.0)]]
-    outputs = [("k", ("key", 0), False), ("q", ("div", ("lit", 1.0), ("ref", "_v0")), True)]
-    order_expr = ("div", ("lit", 1.0), ("ref", "_v0"))
+    outputs = [("k", Key(0), False), ("q", Div(Lit(1.0), Ref("_v0")), True)]
+    order_expr = Div(Lit(1.0), Ref("_v0"))
     asc_last = finish(rows, outputs, None, [(order_expr, False, False)], None, 0)
     assert [r[0] for r in asc_last.rows] == ["c", "a", "b"]
     desc_first = finish(rows, outputs, None, [(order_expr, True, True)], None, 0)
@@ -96,9 +98,9 @@ def test_finish_simulates_derived_values_only():
     noise = {"_v0": ("laplace", 1.0), "_v1": ("laplace", 2.0)}
     widths = {"_v0": 3.0, "_v1": 6.0}                 # about each Laplace's 95% half-width
     rows = [((), {"_v0": 10.0, "_v1": 4.0}, widths)]
-    plain = finish(rows, [("a", ("ref", "_v0"), True)], None, [], None, 0, noise)
+    plain = finish(rows, [("a", Ref("_v0"), True)], None, [], None, 0, noise)
     assert plain.widths == [(3.0,)]
-    derived = finish(rows, [("d", ("sub", ("ref", "_v0"), ("ref", "_v1")), True)], None, [], None, 0, noise)
+    derived = finish(rows, [("d", Sub(Ref("_v0"), Ref("_v1")), True)], None, [], None, 0, noise)
     (w,), = derived.widths
     assert 0 < w < 9.0 and w != pytest.approx(9.0, abs=0.05)
 
@@ -118,7 +120,7 @@ def test_simulated_widths_count_undefined_draws_as_infinitely_far(undefined):
     z[rng.choice(n, 5, replace=False)] = np.inf     # infinitely far too, and ordered before NaN
     rows = 70
     envs = [{"s": float(v)} for v in rng.normal(0, 100, rows)]
-    got = simulated_half_widths(("neg", ("ref", "s")), envs, {"s": z}, [()] * rows)
+    got = simulated_half_widths(Neg(Ref("s")), envs, {"s": z}, [()] * rows)
     want = []
     for env in envs:
         with np.errstate(invalid="ignore"):
@@ -131,7 +133,7 @@ def test_simulated_widths_count_undefined_draws_as_infinitely_far(undefined):
 
 
 def test_numpy_partition_orders_nan_after_inf():
-    """The premise of the simulation's NaN handling (dpsql.postprocess._simulate)."""
+    """The premise of the simulation's NaN handling (dpsql.postprocess.simulate._simulate)."""
     import numpy as np
     a = np.array([[np.nan, 1.0, np.inf, -np.inf, np.nan, 0.5]] * 3)
     a.partition(3, axis=1)

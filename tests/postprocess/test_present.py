@@ -14,17 +14,18 @@ from dpsql.noise.rng import SeededRng
 def test_simulated_width_of_a_plain_value_is_the_mechanisms():
     m = make_mechanism("laplace", 1.0, 0.5, 0.0)
     draws = postprocess.noise_draws({"c": ("laplace", m.scale)})
-    w = postprocess.simulated_half_width(("ref", "c"), {"c": 100.0}, draws, ())
+    w = postprocess.simulated_half_width(postprocess.Ref("c"), {"c": 100.0}, draws, ())
     assert w == pytest.approx(m.half_width(), rel=0.06)
     g = make_mechanism("gaussian", 1.0, 0.5, 1e-6)
     draws = postprocess.noise_draws({"c": ("gaussian", g.scale)})
-    assert postprocess.simulated_half_width(("ref", "c"), {"c": 3.0}, draws, ()) == pytest.approx(g.half_width(), rel=0.06)
+    assert postprocess.simulated_half_width(postprocess.Ref("c"), {"c": 3.0}, draws, ()) == pytest.approx(
+        g.half_width(), rel=0.06)
 
 
 def test_simulation_is_a_function_of_released_values_only():
     """Fixed public seed: the same released values and parameters give the same width."""
     noise = {"s": ("laplace", 50.0), "c": ("laplace", 2.0)}
-    expr = ("avg", "s", "c", 0.0, 100.0)
+    expr = postprocess.Avg("s", "c", 0.0, 100.0)
     a = postprocess.simulated_half_width(expr, {"s": -400.0, "c": 200.0}, postprocess.noise_draws(noise), ())
     b = postprocess.simulated_half_width(expr, {"s": -400.0, "c": 200.0}, postprocess.noise_draws(noise), ())
     assert a == b and a > 0
@@ -40,17 +41,17 @@ def test_derived_half_width_covers_the_true_value_95_percent(kind):
     mc = make_mechanism("laplace", 1.0, 0.5, 0.0)
     s_true, c_true = -400, 60
     if kind == "avg":
-        expr, truth = ("avg", "s", "c", 0.0, 100.0), 50 + s_true / c_true
+        expr, truth = postprocess.Avg("s", "c", 0.0, 100.0), 50 + s_true / c_true
     elif kind == "ratio":
-        expr, truth = ("div", ("ref", "s"), ("ref", "c")), s_true / c_true
+        expr, truth = postprocess.Div(postprocess.Ref("s"), postprocess.Ref("c")), s_true / c_true
     else:
-        expr, truth = ("sub", ("ref", "s"), ("ref", "c")), s_true - c_true
+        expr, truth = postprocess.Sub(postprocess.Ref("s"), postprocess.Ref("c")), s_true - c_true
     noise = {"s": ("laplace", ms.scale), "c": ("laplace", mc.scale)}
     draws = postprocess.noise_draws(noise)
     hits, n = 0, 2000
     for _ in range(n):
         env = {"s": ms.release(s_true, rng), "c": mc.release(c_true, rng)}
-        v = postprocess.evaluate(expr, env, ())
+        v = expr.evaluate(env, ())
         w = postprocess.simulated_half_width(expr, env, draws, ())
         assert w is not None and math.isfinite(w)
         hits += abs(v - truth) <= w
@@ -59,14 +60,15 @@ def test_derived_half_width_covers_the_true_value_95_percent(kind):
 
 def test_quotient_by_a_count_near_zero_is_unbounded():
     noise = {"s": ("laplace", 10.0), "c": ("laplace", 10.0)}
-    w = postprocess.simulated_half_width(("div", ("ref", "s"), ("ref", "c")), {"s": 5.0, "c": 0.5},
+    w = postprocess.simulated_half_width(postprocess.Div(postprocess.Ref("s"), postprocess.Ref("c")),
+                                         {"s": 5.0, "c": 0.5},
                                          postprocess.noise_draws(noise), ())
     assert w is None or w > 100
 
 
 def test_finish_uses_simulation_for_derived_and_the_mechanism_for_plain_values():
     rows = [((), {"s": -400.0, "c": 60.0}, {"s": 300.0, "c": 6.0})]
-    outputs = [("a", ("avg", "s", "c", 0.0, 100.0), True), ("n", ("ref", "c"), True)]
+    outputs = [("a", postprocess.Avg("s", "c", 0.0, 100.0), True), ("n", postprocess.Ref("c"), True)]
     t = postprocess.finish(rows, outputs, None, [], None, 0, {"s": ("laplace", 100.0), "c": ("laplace", 2.0)})
     hw = t.widths[0]
     assert hw[1] == 6.0                     # the mechanism's own
@@ -111,7 +113,7 @@ def test_many_rows_use_fewer_draws_and_stay_close():
     assert postprocess.draws_for(10) == postprocess.SIM_DRAWS
     assert postprocess.draws_for(100_000) == postprocess.SIM_MIN_DRAWS
     noise = {"s": ("laplace", 100.0), "c": ("laplace", 2.0)}
-    expr = ("avg", "s", "c", 0.0, 100.0)
+    expr = postprocess.Avg("s", "c", 0.0, 100.0)
     env = {"s": -400.0, "c": 60.0}
     full = postprocess.simulated_half_width(expr, env, postprocess.noise_draws(noise), ())
     few = postprocess.simulated_half_widths(expr, [env] * 3, postprocess.noise_draws(noise, 400), [()] * 3)
@@ -126,9 +128,9 @@ def test_avg_interval_is_cut_to_the_declared_bounds():
 
 
 @pytest.mark.parametrize("expr, truth_of", [
-    (("avg", "s", "c", 0.0, 100.0), lambda s, q, c: 50 + s / c),
-    (("var", "s", "q", "c", 0.0, 100.0, False, False), lambda s, q, c: q / c - (s / c) ** 2),
-    (("var", "s", "q", "c", 0.0, 100.0, False, True), lambda s, q, c: math.sqrt(q / c - (s / c) ** 2)),
+    (postprocess.Avg("s", "c", 0.0, 100.0), lambda s, q, c: 50 + s / c),
+    (postprocess.Var("s", "q", "c", 0.0, 100.0, False, False), lambda s, q, c: q / c - (s / c) ** 2),
+    (postprocess.Var("s", "q", "c", 0.0, 100.0, False, True), lambda s, q, c: math.sqrt(q / c - (s / c) ** 2)),
 ])
 def test_a_value_pinned_at_its_bound_still_covers_the_truth(expr, truth_of):
     """A small group near a bound: AVG (noisy centred sum / noisy count) and VARIANCE/STDDEV are
@@ -147,12 +149,12 @@ def test_a_value_pinned_at_its_bound_still_covers_the_truth(expr, truth_of):
     noise = {"s": ("laplace", ms.scale), "q": ("laplace", mq.scale), "c": ("laplace", mc.scale)}
     widths = {"s": ms.half_width(), "q": mq.half_width(), "c": mc.half_width()}
     draws = postprocess.noise_draws(noise)
-    lo, hi = (0.0, 50.0 ** 2 if expr[-1] is False else 50.0) if expr[0] == "var" else (0.0, 100.0)
+    lo, hi = (0.0, 50.0 ** 2 if expr.root is False else 50.0) if isinstance(expr, postprocess.Var) else (0.0, 100.0)
     hits = interval_hits = pinned = 0
     n = 2000
     for _ in range(n):
         env = {"s": ms.release(s_true, rng), "q": mq.release(q_true, rng), "c": mc.release(c_true, rng)}
-        v = postprocess.evaluate(expr, env, ())
+        v = expr.evaluate(env, ())
         w = postprocess.simulated_half_width(expr, env, draws, ())
         wi = postprocess.half_width(expr, env, widths, ())
         if v in (lo, hi):

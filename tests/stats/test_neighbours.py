@@ -71,6 +71,7 @@ from scipy import stats
 
 from dpsql.analysis.sensitivity import selection_threshold
 from dpsql.noise import SeededRng, make_mechanism
+from dpsql.postprocess import Key
 from dpsql.rewrite import SALT, to_sql
 from dpsql.session import Session
 
@@ -331,7 +332,7 @@ class Releases:
 def _read(plan, tables: list, target: Target) -> np.ndarray:
     """The target's scalar for each released table (NaN: group not released)."""
     names = [o.name for o in plan.outputs]
-    key_col = next((i for i, o in enumerate(plan.outputs) if o.expr == ("key", 0)), None)
+    key_col = next((i for i, o in enumerate(plan.outputs) if o.expr == Key(0)), None)
     col = names.index(target.output) if target.output else None
     out = np.empty(len(tables))
     for j, t in enumerate(tables):
@@ -354,16 +355,6 @@ def _read(plan, tables: list, target: Target) -> np.ndarray:
     return out
 
 
-def _refs(expr: tuple) -> set[str]:
-    if expr[0] == "ref":
-        return {expr[1]}
-    if expr[0] == "avg":
-        return {expr[1], expr[2]}
-    if expr[0] == "var":
-        return {expr[1], expr[2], expr[3]}
-    return set().union(*(_refs(a) for a in expr[1:] if isinstance(a, tuple)))
-
-
 def _claim(plan, target: Target) -> tuple[float, float]:
     """(eps, delta) of the noisy parts the target depends on; at most the query's total."""
     if target.kind == "released":
@@ -372,7 +363,7 @@ def _claim(plan, target: Target) -> tuple[float, float]:
         eps, delta = plan.cost.epsilon, plan.cost.delta
     else:
         expr = next(o.expr for o in plan.outputs if o.name == target.output)
-        specs = [s for s in plan.noise if s.target in _refs(expr)]
+        specs = [s for s in plan.noise if s.target in expr.refs()]
         eps, delta = sum(s.epsilon for s in specs), sum(s.delta for s in specs)
         if plan.selection is not None:         # which groups appear depends on selection too
             eps, delta = eps + plan.selection.epsilon, delta + plan.selection.delta
