@@ -1,8 +1,9 @@
 """The layering rule of shared/DESIGN.md, checked on the import statements.
 
-errors <- policy <- analysis <- rewrite <- session <- frontends; engines, noise, ledger, guard,
-postprocess sit beside and only session imports them; noise and ledger import no
-sqlglot; frontends import only session and errors. accounting (zCDP arithmetic) is a leaf that
+errors <- policy <- analysis <- rewrite <- (result, sources, settings, release, charge, planner)
+<- session <- backend <- frontends; engines, noise, ledger, guard, postprocess sit beside and only
+the stages and session import them; noise and ledger import no sqlglot; frontends import only
+session, backend, result, settings, sources and errors. accounting (zCDP arithmetic) is a leaf that
 the ledger, explain and session use.
 """
 from __future__ import annotations
@@ -31,11 +32,20 @@ ALLOWED = {
     "postprocess": {"errors"},
     "datagen": set(),
     "demo": {"datagen"},
-    "session": {"errors", "policy", "cost", "accounting", "analysis", "rewrite", "engines", "noise", "ledger", "guard",
-                "explain", "postprocess", "demo"},
-    "admin": {"errors", "policy", "analysis", "engines", "ledger", "session", "demo"},   # budget report, policy check
+    # the stages Session calls, between rewrite and session (docs/ARCHITECTURE.md: the line)
+    "result": {"errors", "cost", "analysis", "ledger", "guard", "explain"},   # Result, Accuracy: what a statement returns
+    "sources": {"errors", "policy", "analysis", "engines"},    # read_schema, the ledger and audit paths
+    "settings": {"errors", "policy", "analysis", "result"},    # SET/RESET/SHOW dpsql.*: the settings table
+    "release": {"errors", "analysis", "rewrite", "noise", "postprocess", "result"},   # mechanisms, noise, accuracy
+    "charge": {"errors", "cost", "accounting", "analysis", "ledger", "guard", "policy"},   # cost, rho, budget advice
+    "planner": {"errors", "policy", "analysis", "rewrite", "noise", "charge", "release"},  # plans, re-plans, cache
+    "session": {"errors", "policy", "cost", "analysis", "rewrite", "engines", "noise", "ledger", "guard",
+                "explain", "demo", "result", "sources", "settings", "release", "charge", "planner"},
+    "backend": {"errors", "policy", "analysis", "engines", "planner", "sources", "session"},   # sessions sharing one engine
+    "admin": {"errors", "policy", "analysis", "engines", "ledger", "sources", "demo"},   # budget report, policy check
     "starter": {"errors", "engines", "filetypes"},    # `dpsql init`: a starter policy from a file's names and types
-    "frontends": {"errors", "session", "admin", "frontends", "sqltext", "starter"},
+    "frontends": {"errors", "session", "backend", "result", "settings", "sources", "admin", "frontends", "sqltext",
+                  "starter"},
     "__init__": {"errors", "frontends"},
 }
 NO_SQLGLOT = {"noise", "ledger", "guard", "postprocess", "engines", "policy", "errors", "cost", "sqltext", "accounting",

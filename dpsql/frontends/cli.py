@@ -27,7 +27,8 @@ from dpsql import errors
 from dpsql.admin import check_policy, data_dir, spending_report
 from dpsql.frontends.render import caret, render_csv, render_json, render_table
 from dpsql.frontends.script import run_script
-from dpsql.session import Result, Session
+from dpsql.result import Result
+from dpsql.session import Session
 
 _FORMAT = click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
                        show_default=True, help="Output format.")
@@ -344,7 +345,7 @@ def serve(target: str | None, policy: str | None, listen: str, max_message_bytes
 
     from dpsql.frontends.pgwire.limits import tune_allocator
     from dpsql.frontends.pgwire.server import Server
-    from dpsql.session import Backend
+    from dpsql.backend import Backend
 
     if target is not None and policy is None:
         raise click.UsageError("with --backend, give --policy")

@@ -24,7 +24,8 @@ from typing import TextIO
 
 from dpsql import errors
 from dpsql.frontends.render import render_csv, render_expanded, render_table
-from dpsql.session import Result, Session
+from dpsql.result import Result
+from dpsql.session import Session
 
 # name -> (argument, help). Every command works in both modes except those in NOT_IN_SCRIPTS.
 META = {

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable
 from dpsql import errors
 from dpsql.frontends.commands import META, Meta, Shell, is_meta_line, parse_meta
 from dpsql.frontends.render import caret, render_expanded, render_table, rich_table
-from dpsql.session import Result, Session
+from dpsql.result import Result
+from dpsql.session import Session
 from dpsql.sqltext import only_comments, split_statements
 
 __all__ = ["META", "Meta", "candidates", "completion_words", "is_complete", "parse_meta", "run"]

@@ -19,7 +19,8 @@ from typing import TextIO
 from dpsql import errors
 from dpsql.frontends.commands import Shell, is_meta_line
 from dpsql.frontends.render import caret, render_csv, render_json, render_table
-from dpsql.session import Result, Session
+from dpsql.result import Result
+from dpsql.session import Session
 from dpsql.sqltext import skip
 
 

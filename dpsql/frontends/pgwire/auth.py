@@ -150,9 +150,9 @@ def verifier_shape(verifiers) -> tuple[int, int]:
 def secret_path(policy) -> Path | None:
     """Where the server secret lives: beside the ledger (LEDGER.server-secret); None when the
     ledger is in memory."""
-    from dpsql.session import _ledger_path
+    from dpsql.sources import ledger_path
     try:
-        ledger = _ledger_path(policy)
+        ledger = ledger_path(policy)
     except Exception:     # noqa: BLE001 - no ledger file named: nothing persistent to put it beside
         return None
     text = str(ledger)

@@ -362,7 +362,7 @@ def worker_main(argv: list[str]) -> int:
     from dpsql.errors import Error
     from dpsql.frontends.pgwire.limits import tune_allocator
     from dpsql.frontends.pgwire.server import Server
-    from dpsql.session import Backend
+    from dpsql.backend import Backend
 
     tune_allocator()
 
