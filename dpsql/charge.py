@@ -3,11 +3,15 @@
     charge_of(plan, policy, mechs, sel)     -> its cost (with the surcharge and rho), the surcharge,
                                                the subset series it joins
     charge_parts(plan, policy, mechs, sel)  -> that and the mechanisms' parameters the ledger keeps
+    charge(ledger, analyst, budget, plan, parts, ...) -> the charge made (the ledger's Spending after it)
     rho_of(plan, mechs, sel)                -> the exact zCDP cost of its noise
     what_fits(err, plan, policy, settings)  -> a budget refusal with the setting that would fit
     outlook(charged, budget, totals, k)     -> EXPLAIN DP's budget advice
+    explain_rows(plan, ...)                 -> EXPLAIN DP's rows of a private query
+    audit(...)                              -> the audit log's entry for a query that selects people
 
-The ledger itself (dpsql.ledger) makes the charge, in the engine's transaction (Session._answer).
+The ledger (dpsql.ledger) records the charge; Session._answer has the engine call charge() inside the
+query's own transaction, before the query runs.
 """
 from __future__ import annotations
 
@@ -15,14 +19,14 @@ import math
 from decimal import Decimal
 from fractions import Fraction
 
-from dpsql import accounting
+from dpsql import accounting, explain
 from dpsql.analysis import topk as topk_plan
 from dpsql.analysis.plan import QueryPlan
 from dpsql.analysis.reconstruction import auto_cap, population_key
 from dpsql.cost import Cost
-from dpsql.errors import BudgetExhausted
-from dpsql.guard import answer_key
-from dpsql.ledger import ChargeParams, SubsetCharge
+from dpsql.errors import BudgetExhausted, QueryRejected
+from dpsql.guard import AuditLog, answer_key
+from dpsql.ledger import ChargeParams, Ledger, Spending, SubsetCharge
 from dpsql.policy import Policy
 
 
@@ -81,6 +85,29 @@ def charge_parts(plan: QueryPlan, policy: Policy, mechs, sel
                                       "surcharge": policy.reconstruction.surcharge}
     parts = (ChargeParams(plan.mechanism, params), charged, surcharge, subset, accounting.decimal_up(charged.rho))
     return parts
+
+
+def charge(ledger: Ledger, analyst: str, budget, plan: QueryPlan, parts: tuple, *, audit, refused) -> Spending:
+    """Charge a query its charge_parts in the ledger and return the spending it left. A refusal of a
+    query that selects people is audited; BudgetExhausted is raised as refused(err) (what_fits).
+    A query that selects people is audited before anything runs: an unaudited answer is never
+    released. audit(event, plan, **fields): Session._audit (dpsql.charge.audit)."""
+    params, charged, surcharge, subset, rho_q = parts
+    b = budget
+    try:
+        spending = ledger.charge_with_spending(
+            analyst, charged.epsilon, charged.delta, epsilon_total=b.epsilon, delta_total=b.delta,
+            mechanism=plan.mechanism, params=params, query=plan.text, subset=subset, rho=rho_q,
+            zcdp_delta=charged.zcdp_delta, accountant=b.accountant)[1]
+    except (QueryRejected, BudgetExhausted) as err:
+        if subset is not None:
+            audit("subset_refused", plan, charged=charged, subset=subset, reason=err.sqlstate)
+        if isinstance(err, BudgetExhausted):
+            raise refused(err) from None
+        raise
+    if subset is not None:     # audited before anything runs: an unaudited answer is never released
+        audit("subset_charged", plan, charged=charged, subset=subset, surcharge=surcharge)
+    return spending
 
 
 def what_fits(err: BudgetExhausted, plan: QueryPlan, policy: Policy, settings) -> BudgetExhausted:
@@ -144,3 +171,36 @@ def answer_key_of(plan: QueryPlan, engine_name: str) -> str:
     text = plan.text + "".join(f"\n-- over the released rows: {w.sql}" for w in plan.wraps if hasattr(w, "sql"))
     return answer_key(engine_name, text,
                       plan.cost.epsilon, plan.cost.delta, mechanism)
+
+
+def audit(log: AuditLog, ledger: Ledger, analyst: str, event: str, plan: QueryPlan, *, charged: Cost,
+          subset: SubsetCharge | None = None, **fields) -> None:
+    """Write the audit log's entry for a query that selects people by identity (dpsql.guard)."""
+    p = plan.subset
+    if subset is not None:
+        state = ledger.subset_state(analyst, subset)
+        fields.update(population=subset.population, answered=state.answered, cap=state.cap,
+                      named=state.named)
+    log.write(event, analyst, query=plan.text,
+              classification={"kinds": list(p.kinds), "columns": list(p.columns),
+                              "selected": p.selected, "detail": p.describe()},
+              epsilon=charged.epsilon, delta=charged.delta, **fields)
+
+
+def explain_rows(plan: QueryPlan, sql: str, mechs, sel, policy: Policy, *, ledger: Ledger, analyst: str, budget,
+                 plan_queries: int, cached: bool) -> list[tuple]:
+    """EXPLAIN DP's rows of a private query (dpsql.explain.private_rows): what it would be charged,
+    the subset series it would join, and what the budget left allows (outlook)."""
+    charged, surcharge, subset = charge_of(plan, policy, mechs, sel)
+    recon = policy.reconstruction
+    series = ledger.subset_state(analyst, subset) if subset is not None else None
+    raw = rho_of(plan, mechs, sel)[0] * (1 + Fraction(recon.surcharge) if surcharge else 1)
+    rows = explain.private_rows(plan, sql, mechs, sel, charged=charged,
+                                surcharge=surcharge, recon=recon, cached=cached, series=series,
+                                floored=charged.rho > raw,
+                                outlook=outlook(charged, budget, ledger.totals(analyst), plan_queries))
+    if plan.auto is not None:
+        a = plan.auto
+        rows.insert(len(plan.noise), explain._pad(("auto_bound", f"upper clip of {a.column}", "above_threshold",
+                                                   1.0, a.epsilon, 0.0, None, None, a.describe(), float(a.rho))))
+    return rows

@@ -26,7 +26,7 @@ from dpsql.analysis.plan import QueryPlan
 from dpsql.noise import make_mechanism, vector
 from dpsql.noise.exponential import QuantileEM
 from dpsql.noise.topk import NoisyTopK
-from dpsql.result import Accuracy, Result
+from dpsql.result import Accuracy, Result, type_name
 from dpsql.rewrite.quantiles import histograms as quantile_histograms
 
 
@@ -391,3 +391,26 @@ def release_delay(start: float, timing) -> None:
     target = max(target, timing.floor)
     while (left := target - (time.monotonic() - start)) > 0:
         time.sleep(left)
+
+
+def answer(plan: QueryPlan, rows: list[tuple], mechs, sel, rng, *, max_rows: int, check=_no_check,
+           charged=None, spending=None, surcharge: float = 0.0) -> Result:
+    """A private query's Result: release() of the engine's rows, each column's accuracy and SQL
+    type, cut to the policy's max_released_rows; charged, spending, surcharge: for its status."""
+    table = release(plan, rows, mechs, sel, rng, max_rows=max_rows, check=check)
+    types = db_types(plan)
+    acc = accuracy(plan, mechs, table)
+    rows, widths, cut = table.rows, table.widths, table.cut
+    if len(rows) > max_rows:       # partition selection released more groups than the policy allows
+        rows, widths, cut = rows[:max_rows], widths[:max_rows], len(rows) - max_rows
+    return Result(table.columns, [type_name(t) for t in types], rows, "private", acc,
+                  widths, charged, spending, tag=f"SELECT {len(rows)}", db_types=types,
+                  surcharge=surcharge, truncated=cut)
+
+
+def describe(plan: QueryPlan, settings, check=None) -> tuple[list[str], list[str]]:
+    """A private query's result column names and SQL types as the settings show them (no rows)."""
+    names, types = output_names(plan), db_types(plan)
+    r = present(Result(names, [type_name(t) for t in types], [], "private", [], [], db_types=types), plan, settings,
+                check)
+    return r.columns, r.db_types

@@ -17,7 +17,6 @@ import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from fractions import Fraction
 from pathlib import Path
 from typing import Any, Self
 
@@ -26,9 +25,9 @@ from dpsql.analysis.analyze import PublicQuery, Schema
 from dpsql.analysis.parse import Statement, classify
 from dpsql.analysis.plan import QueryPlan
 from dpsql.cost import Cost
+from dpsql.demo import DEMO_ANALYST, ensure_demo
 from dpsql.engines.base import Engine, TableFacts, open_engine, path_sources
 from dpsql.errors import (
-    BudgetExhausted,
     Error,
     InterfaceError,
     InternalError,
@@ -37,14 +36,14 @@ from dpsql.errors import (
     SchemaChanged,
 )
 from dpsql.guard import AuditLog
-from dpsql.ledger import Ledger, Spending, SubsetCharge
+from dpsql.ledger import Ledger, Spending
 from dpsql.noise import SecureRng
 from dpsql.policy import Policy, load_policy
 from dpsql.result import Result, explain_result, from_cache, to_cache, type_name
 from dpsql.rewrite import SALT, to_sql
 from dpsql.rewrite.quantiles import needs_salt
 from dpsql.settings import Settings
-from dpsql.sources import audit_path, ledger_path, read_schema
+from dpsql.sources import audit_path, expected, ledger_path, read_schema
 
 log = logging.getLogger("dpsql")
 
@@ -78,7 +77,6 @@ class Session:
     @staticmethod
     def demo() -> tuple[Path, Path, str]:
         """The bundled demo's database, policy and analyst (created on first use)."""
-        from dpsql.demo import DEMO_ANALYST, ensure_demo
         db, policy = ensure_demo()
         return db, policy, DEMO_ANALYST
 
@@ -172,9 +170,7 @@ class Session:
         return release.present(result, planned, self.config, self.check) if isinstance(planned, QueryPlan) else result
 
     def _run(self, planned: QueryPlan | PublicQuery) -> Result:
-        if isinstance(planned, PublicQuery):
-            return self._run_public(planned)
-        return self._run_private(planned)
+        return self._run_public(planned) if isinstance(planned, PublicQuery) else self._run_private(planned)
 
     def _refresh_schema(self) -> None:
         self.schema = read_schema(self.policy, self.engine)
@@ -182,13 +178,7 @@ class Session:
             self._on_schema(self.schema)
 
     def _expect(self, refs: Sequence[str], public: Sequence[str] = ()) -> dict[str, TableFacts]:
-        """The schema facts a query relies on, to be checked in its own transaction: every fact
-        read of each relation a private query reads (types for totality, keys for the shortcut and
-        for links, NOT NULL for the unit filter), and that each table of a public query is still a
-        base table (a view in its place could read a protected table row by row)."""
-        out = {ref: self.schema.facts[ref] for ref in refs if ref in self.schema.facts}
-        out.update((name, TableFacts("table")) for name in public if name not in out)
-        return out
+        return expected(self.schema, refs, public)
 
     def _inputs(self) -> planner.Inputs:
         """What the next plan is a function of: the policy, the schema and the settings now."""
@@ -245,9 +235,7 @@ class Session:
                                       self.rng)
         sql = self._sql(plan)
         mechs, sel = self._mechanisms(plan)
-        params, charged, surcharge, subset, rho_q = self._plans.memo(
-            plan, ("charge",), lambda: charge.charge_parts(plan, self.policy, mechs, sel))
-        b = self.budget
+        parts = self._plans.memo(plan, ("charge",), lambda: charge.charge_parts(plan, self.policy, mechs, sel))
         after: list[Spending] = []          # the spending the charge's own transaction left
 
         def charge_first() -> None:
@@ -256,19 +244,8 @@ class Session:
             is released."""
             if self._cancelled.is_set():
                 raise QueryCanceled("canceling statement due to user request: the query was cancelled")
-            try:
-                after.append(self.ledger.charge_with_spending(
-                    self.analyst, charged.epsilon, charged.delta, epsilon_total=b.epsilon, delta_total=b.delta,
-                    mechanism=plan.mechanism, params=params, query=plan.text, subset=subset, rho=rho_q,
-                    zcdp_delta=charged.zcdp_delta, accountant=b.accountant)[1])
-            except (QueryRejected, BudgetExhausted) as err:
-                if subset is not None:
-                    self._audit("subset_refused", plan, charged=charged, subset=subset, reason=err.sqlstate)
-                if isinstance(err, BudgetExhausted):
-                    raise charge.what_fits(err, plan, self.policy, self.config) from None
-                raise
-            if subset is not None:     # audited before anything runs: an unaudited answer is never released
-                self._audit("subset_charged", plan, charged=charged, subset=subset, surcharge=surcharge)
+            after.append(charge.charge(self.ledger, self.analyst, self.budget, plan, parts, audit=self._audit,
+                                       refused=lambda err: charge.what_fits(err, plan, self.policy, self.config)))
         salted = plan.group_choice or any(m.sample is not None for m in plan.measures) or needs_salt(plan)
         bind = {SALT: self.rng.randbits(63)} if salted else None
         rows = self.engine.run(sql, bind, expect=self._expect([ref for _, ref in plan.tables]), before=charge_first)
@@ -277,16 +254,8 @@ class Session:
         # limit, checked between batches of every stage below (check), ends the statement with
         # QueryCanceled, so a cancelled query releases nothing and its budget stays spent.
         self.check()
-        limit = self.policy.limits.max_released_rows
-        table = release.release(plan, rows.rows, mechs, sel, self.rng, max_rows=limit, check=self.check)
-        db_types = release.db_types(plan)
-        accuracy = release.accuracy(plan, mechs, table)
-        rows, widths, cut = table.rows, table.widths, table.cut
-        if len(rows) > limit:       # partition selection released more groups than the policy allows
-            rows, widths, cut = rows[:limit], widths[:limit], len(rows) - limit
-        result = Result(table.columns, [type_name(t) for t in db_types], rows, "private", accuracy,
-                        widths, charged, after[0], tag=f"SELECT {len(rows)}", db_types=db_types,
-                        surcharge=surcharge, truncated=cut)
+        result = release.answer(plan, rows.rows, mechs, sel, self.rng, max_rows=self.policy.limits.max_released_rows,
+                                check=self.check, charged=parts[1], spending=after[0], surcharge=parts[2])
         self.check()
         if key is not None:
             self.ledger.remember(self.analyst, key, to_cache(result), recon.cache_lifetime,
@@ -311,17 +280,8 @@ class Session:
     def _answer_key(self, plan: QueryPlan) -> str:
         return charge.answer_key_of(plan, str(getattr(self.engine, "name", type(self.engine).__name__)))
 
-    def _audit(self, event: str, plan: QueryPlan, *, charged: Cost, subset: SubsetCharge | None = None,
-               **fields: Any) -> None:
-        p = plan.subset
-        if subset is not None:
-            state = self.ledger.subset_state(self.analyst, subset)
-            fields.update(population=subset.population, answered=state.answered, cap=state.cap,
-                          named=state.named)
-        self.audit.write(event, self.analyst, query=plan.text,
-                         classification={"kinds": list(p.kinds), "columns": list(p.columns),
-                                         "selected": p.selected, "detail": p.describe()},
-                         epsilon=charged.epsilon, delta=charged.delta, **fields)
+    def _audit(self, event: str, plan: QueryPlan, **fields: Any) -> None:
+        charge.audit(self.audit, self.ledger, self.analyst, event, plan, **fields)
 
     # -- for front ends that describe before they execute (the wire protocol's Describe)
     def describe(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None
@@ -346,10 +306,7 @@ class Session:
             if isinstance(planned, PublicQuery):
                 rows = self.engine.run(f"SELECT * FROM ({planned.sql}) AS q LIMIT 0")
                 return list(rows.columns), list(rows.types)
-            names, types = release.output_names(planned), release.db_types(planned)
-            r = release.present(Result(names, [type_name(t) for t in types], [], "private", [], [], db_types=types),
-                                planned, self.config, self.check)
-            return r.columns, r.db_types
+            return release.describe(planned, self.config, self.check)
 
     def tables(self) -> dict[str, dict[str, str]]:
         """What an analyst may see of the schema: each protected table (by its policy name) and each
@@ -362,21 +319,12 @@ class Session:
 
     # -- EXPLAIN DP
     def _explain(self, plan: QueryPlan, form: str | None = "facts") -> Result:
-        mechs, sel = self._mechanisms(plan)
-        charged, surcharge, subset = charge.charge_of(plan, self.policy, mechs, sel)
         recon = self.policy.reconstruction
         cached = recon.cache_lifetime > 0 and self.ledger.cached(
             self.analyst, self._answer_key(plan), recon.cache_lifetime) is not None
-        series = self.ledger.subset_state(self.analyst, subset) if subset is not None else None
-        raw = charge.rho_of(plan, mechs, sel)[0] * (1 + Fraction(recon.surcharge) if surcharge else 1)
-        outlook = charge.outlook(charged, self.budget, self.ledger.totals(self.analyst), self.config.plan_queries)
-        rows = explain.private_rows(plan, self._sql(plan), mechs, sel, charged=charged,
-                                    surcharge=surcharge, recon=recon, cached=cached, series=series,
-                                    floored=charged.rho > raw, outlook=outlook)
-        if plan.auto is not None:
-            a = plan.auto
-            rows.insert(len(plan.noise), explain._pad(("auto_bound", f"upper clip of {a.column}", "above_threshold",
-                                                       1.0, a.epsilon, 0.0, None, None, a.describe(), float(a.rho))))
+        rows = charge.explain_rows(plan, self._sql(plan), *self._mechanisms(plan), self.policy, ledger=self.ledger,
+                                   analyst=self.analyst, budget=self.budget, plan_queries=self.config.plan_queries,
+                                   cached=cached)
         return explain_result(rows, form, self.engine.dialect)
 
     def cancel(self) -> None:

@@ -2,11 +2,11 @@
 the Schema every plan is made against), and the ledger and audit files it names."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from dpsql.analysis.analyze import Schema, check_policy_types
-from dpsql.engines.base import Engine
+from dpsql.engines.base import Engine, TableFacts
 from dpsql.errors import PolicyError
 from dpsql.policy import Policy
 
@@ -46,6 +46,16 @@ def read_schema(policy: Policy, engine: Engine, *, check_types: bool = True) -> 
         key, _, problem = problems[0].partition(": ")
         raise policy.problem(key, problem)       # with its line in the policy file
     return schema
+
+
+def expected(schema: Schema, refs: Sequence[str], public: Sequence[str] = ()) -> dict[str, TableFacts]:
+    """The schema facts a query relies on, to be checked in its own transaction: every fact
+    read of each relation a private query reads (types for totality, keys for the shortcut and
+    for links, NOT NULL for the unit filter), and that each table of a public query is still a
+    base table (a view in its place could read a protected table row by row)."""
+    out = {ref: schema.facts[ref] for ref in refs if ref in schema.facts}
+    out.update((name, TableFacts("table")) for name in public if name not in out)
+    return out
 
 
 def declared_file_types(policy: Policy, guessed: frozenset[str], refs: Mapping[str, str],

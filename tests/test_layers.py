@@ -37,7 +37,7 @@ ALLOWED = {
     "sources": {"errors", "policy", "analysis", "engines"},    # read_schema, the ledger and audit paths
     "settings": {"errors", "policy", "analysis", "result"},    # SET/RESET/SHOW dpsql.*: the settings table
     "release": {"errors", "analysis", "rewrite", "noise", "postprocess", "result"},   # mechanisms, noise, accuracy
-    "charge": {"errors", "cost", "accounting", "analysis", "ledger", "guard", "policy"},   # cost, rho, budget advice
+    "charge": {"errors", "cost", "accounting", "analysis", "ledger", "guard", "policy", "explain"},  # cost, advice
     "planner": {"errors", "policy", "analysis", "rewrite", "noise", "charge", "release"},  # plans, re-plans, cache
     "session": {"errors", "policy", "cost", "analysis", "rewrite", "engines", "noise", "ledger", "guard",
                 "explain", "demo", "result", "sources", "settings", "release", "charge", "planner"},

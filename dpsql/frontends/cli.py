@@ -343,9 +343,9 @@ def serve(target: str | None, policy: str | None, listen: str, max_message_bytes
     import logging
     import signal
 
+    from dpsql.backend import Backend
     from dpsql.frontends.pgwire.limits import tune_allocator
     from dpsql.frontends.pgwire.server import Server
-    from dpsql.backend import Backend
 
     if target is not None and policy is None:
         raise click.UsageError("with --backend, give --policy")

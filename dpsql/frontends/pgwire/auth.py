@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dpsql.errors import AuthenticationFailed, OperationalError, ProtocolViolation
+from dpsql.sources import ledger_path
 
 log = logging.getLogger("dpsql.server")
 
@@ -150,7 +151,6 @@ def verifier_shape(verifiers) -> tuple[int, int]:
 def secret_path(policy) -> Path | None:
     """Where the server secret lives: beside the ledger (LEDGER.server-secret); None when the
     ledger is in memory."""
-    from dpsql.sources import ledger_path
     try:
         ledger = ledger_path(policy)
     except Exception:     # noqa: BLE001 - no ledger file named: nothing persistent to put it beside
