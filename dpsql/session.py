@@ -70,9 +70,8 @@ class Session:
         self._on_schema = on_schema         # told of a re-read schema (Backend shares it with new sessions)
         self.ledger = ledger if ledger is not None else Ledger(ledger_path(policy))
         self.audit = AuditLog(audit_path(policy))
-        self.config = Settings(policy, analyst, self.budget, self.spending)   # SET/RESET/SHOW dpsql.*
+        self.config = Settings(policy, analyst, self.budget, self.ledger)   # SET/RESET/SHOW dpsql.*
         self._plans = plans if plans is not None else planner.PlanCache(planner.PLAN_CACHE)
-        self._domain = planner.public_domain(engine, self._expect)
 
     @staticmethod
     def demo() -> tuple[Path, Path, str]:
@@ -182,7 +181,8 @@ class Session:
 
     def _inputs(self) -> planner.Inputs:
         """What the next plan is a function of: the policy, the schema and the settings now."""
-        return planner.Inputs.of(self.config, self.policy, self.schema, self.engine.dialect, self._domain)
+        domain = planner.public_domain(self.engine, self._expect)   # made per call: a Session holds no cycle
+        return planner.Inputs.of(self.config, self.policy, self.schema, self.engine.dialect, domain)
 
     def _analyze(self, stmt: Statement) -> QueryPlan | PublicQuery:
         """The statement's plan, kept (dpsql.planner.planned)."""
@@ -340,9 +340,7 @@ class Session:
         self.engine.interrupt()
 
     def spending(self) -> Spending:
-        b = self.budget
-        return self.ledger.spending(self.analyst, epsilon_total=b.epsilon, delta_total=b.delta,
-                                    accountant=b.accountant)
+        return self.config.spending()
 
     def settings(self) -> list[tuple[str, str | None, str]]:
         """Every dpsql setting as (name, value as text, description), for SHOW ALL."""

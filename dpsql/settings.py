@@ -174,10 +174,10 @@ class Settings:
     """One connection's settings (the values SETTINGS describes), with SET, RESET and SHOW.
 
     policy: the defaults and floors; budget: the analyst's lifetime budget (Policy.budget_for);
-    spending(): what is left now (the ledger's Spending), read by the checks and by SHOW."""
+    ledger: where spending() reads what is left now, for the checks and SHOW."""
 
-    def __init__(self, policy: Policy, analyst: str, budget, spending: Callable[[], Any]):
-        self.policy, self.analyst, self.budget, self.spending = policy, analyst, budget, spending
+    def __init__(self, policy: Policy, analyst: str, budget, ledger):
+        self.policy, self.analyst, self.budget, self._ledger = policy, analyst, budget, ledger
         self.epsilon: float = 0.0
         self.delta: float = 0.0
         self.mechanism: str = "laplace"
@@ -187,6 +187,12 @@ class Settings:
         self.round = False              # SET dpsql.round: counts as whole numbers, at least 0
         self.topk = "off"               # SET dpsql.topk: 'noisy_max' answers ORDER BY agg LIMIT k by selection
         self.reset_all()
+
+    def spending(self):
+        """The analyst's spending now (the ledger's Spending)."""
+        b = self.budget
+        return self._ledger.spending(self.analyst, epsilon_total=b.epsilon, delta_total=b.delta,
+                                     accountant=b.accountant)
 
     def reset_all(self) -> None:
         """Every setting back to its default (RESET ALL; the proxy's DISCARD ALL)."""
