@@ -38,10 +38,12 @@ from pathlib import Path
 import duckdb
 
 import dpsql
+from dpsql import charge
 from dpsql.ledger import accounting
 from dpsql.datagen import demo_policy, generate
 from dpsql.errors import BudgetExhausted
 from dpsql.ledger import Ledger
+from dpsql.release import mechanisms_for
 
 QUERIES = {
     "Q1": "SELECT COUNT(*) FROM people",
@@ -74,6 +76,12 @@ def needs_delta(session, sql: str) -> bool:
     return plan.selection is not None or plan.mechanism != "laplace"
 
 
+def _cost(session, sql: str):
+    """What the session would charge for a query at its settings now (dpsql.charge.charge_of)."""
+    plan = session.plan(sql)
+    return charge.charge_of(plan, session.policy, *mechanisms_for(plan))[0]
+
+
 def charge_until_refused(cost, accountant: str, epsilon: float, delta: float, work: Path, tag: str) -> int:
     """Charge a query's cost into a fresh ledger until it refuses; the count answered."""
     path = work / f"count-{tag}.sqlite"
@@ -96,8 +104,8 @@ def table_fits(db: str, work: Path) -> list[tuple]:
         for mech in MECHANISMS:
             with dpsql.connect(db, policy=policy(work / "plan.sqlite", mech, "zcdp", 10.0, 1e-6), analyst="a") as conn:
                 s = conn.session
-                s.epsilon, s.delta, s.rho = EPSILON, DELTA, None
-                cost = s._charge_of(s.plan(sql))[0]
+                s.config.epsilon, s.config.delta, s.config.rho = EPSILON, DELTA, None
+                cost = _cost(s, sql)
             cells = [name, mech, float(cost.rho)]
             for eps_b, dlt_b in BUDGETS:
                 tag = f"{name}-{mech}-{eps_b:g}"
@@ -176,8 +184,8 @@ def table_widths(db: str, work: Path) -> list[tuple]:
                 with dpsql.connect(db, policy=policy(work / "plan.sqlite", mech, "zcdp", eps_b, dlt_b),
                                    analyst="p") as conn:
                     s = conn.session
-                    s.delta = dlt_b / (2 * K)
-                    part = Decimal(repr(s._charge_of(s.plan(sql))[0].zcdp_delta))
+                    s.config.delta = dlt_b / (2 * K)
+                    part = Decimal(repr(_cost(s, sql).zcdp_delta))
                 cap = accounting.rho_capacity(eps_b, Decimal(repr(dlt_b)) - K * part)
                 rho = float(cap / K) * (1 - 1e-9)
                 zcdp = run_k(db, work, tag + "-zcdp", mech, "zcdp", eps_b, dlt_b,
@@ -214,7 +222,7 @@ def table_crossover(db: str, work: Path) -> list[tuple]:
                     lc.execute(f"SET dpsql.epsilon = {eps_b / k!r}")
                     lc.execute(f"SET dpsql.delta = {dlt_b / k!r}")
                     gc.execute(f"SET dpsql.delta = {dlt_b / (2 * k)!r}")
-                    part = Decimal(repr(gau.session._charge_of(gau.session.plan(sql))[0].zcdp_delta))
+                    part = Decimal(repr(_cost(gau.session, sql).zcdp_delta))
                     cap = accounting.rho_capacity(eps_b, Decimal(repr(dlt_b)) - k * part)
                     gc.execute(f"SET dpsql.rho = {float(cap / k) * (1 - 1e-9)!r}")
                     if explain_width(lc, sql) < explain_width(gc, sql):

@@ -47,6 +47,7 @@ import psycopg
 import sqlglot
 
 import dpsql
+import dpsql.release
 from dpsql import datagen
 from dpsql.rewrite import to_sql
 
@@ -731,7 +732,7 @@ class SizeResult:
 class Split:
     """Times the parts of dpsql's end-to-end runs by wrapping, on this one session, the engine's `run`
     (the query's transaction: schema facts, the charge callback, the query, fetching its rows), the
-    ledger's `charge` (one durable SQLite commit) and the session's `_noise` (noise and release). The
+    ledger's `charge` (one durable SQLite commit) and dpsql.release's `release` (noise and release). The
     rest of a run is Python: parse, plan (cached by the session after the first run), rewrite text,
     post-processing and the cursor's fetch. The wrappers cost ~1 us per call."""
 
@@ -744,7 +745,8 @@ class Split:
         # the session charges through charge_with_spending (Ledger.charge calls it too)
         self._wrapped = [(self.session.engine, "run", "engine"),
                          (self.session.ledger, "charge_with_spending", "charge"),
-                         (self.session, "_noise", "noise")]
+                         (dpsql.release, "release", "noise")]
+        self._originals = [getattr(obj, name) for obj, name, _ in self._wrapped]
         for obj, name, key in self._wrapped:
             setattr(obj, name, self._timer(getattr(obj, name), key))
 
@@ -778,8 +780,11 @@ class Split:
         return out
 
     def close(self) -> None:
-        for obj, name, _ in self._wrapped:
-            obj.__dict__.pop(name, None)
+        for (obj, name, _), original in zip(self._wrapped, self._originals):
+            if obj is dpsql.release:
+                setattr(obj, name, original)
+            else:
+                obj.__dict__.pop(name, None)
 
 
 def measure_query(conn, raw, q: Query, repeat: int, checks: list[Check], warmup: bool = True) -> Row:

@@ -49,6 +49,7 @@ import duckdb
 import psycopg
 
 import dpsql
+import dpsql.backend
 from dpsql import datagen
 from dpsql.demo import policy_toml
 
@@ -277,7 +278,7 @@ def measure_concurrency(kind: str, target: str, pol: dict, port: int, seconds: f
         c = psycopg.connect(f"host=127.0.0.1 port={port} user=bench dbname=bench sslmode=disable", autocommit=True)
         return c, (lambda sql: c.execute(sql).fetchall()), c.close
 
-    backend = dpsql.session.Backend(target, pol)
+    backend = dpsql.backend.Backend(target, pol)
 
     def dpsql_conn():
         s = backend.session("bench_inproc")

@@ -16,7 +16,7 @@ from dpsql.engines import Engine, open_engine, path_sources
 from dpsql.errors import Error, PolicyError
 from dpsql.ledger import Ledger, Spending
 from dpsql.policy import Policy, load_policy, locate, policy_problems
-from dpsql.session import _ledger_path, read_schema
+from dpsql.sources import ledger_path, read_schema
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +51,7 @@ def spending_report(policy: Any) -> list[AnalystSpending]:
     and no file is created.
     """
     pol = load_policy(policy)
-    path = _ledger_path(pol)
+    path = ledger_path(pol)
     if not Path(path).exists():
         return []
     with Ledger(path) as ledger:

@@ -42,7 +42,7 @@ What dpsql does instead:
   glob whose files' types cannot be widened): the engine then refuses to open, which only the owner
   starting it sees, before any analyst is served.
 - A policy under which an analyst could see a table loaded from a file without declared types
-  (protected, or public) is refused when the schema is read (dpsql.session.read_schema), with the
+  (protected, or public) is refused when the schema is read (dpsql.sources.read_schema), with the
   key to add and the `dpsql init` command that writes it. Reading undeclared columns as VARCHAR
   would be as safe, but leaves every numeric column unusable (bounds on VARCHAR are refused) with a
   message about types rather than about the missing declaration; refusing says what to do.

@@ -1,11 +1,13 @@
 """The layering rule of docs/ARCHITECTURE.md, checked on the import statements.
 
-errors <- policy <- analysis <- rewrite <- session <- frontends; engines, noise, ledger sit
-beside and only session imports them; postprocess (the expression nodes over released values)
-sits below analysis, which builds its trees, and imports no sqlglot; noise and ledger import no
-sqlglot; frontends import only session and errors. ledger.accounting (zCDP arithmetic and Cost) is
-a leaf module of the ledger package with a layer of its own (SUBLAYERS): the analysis, explain and
-the rest of the ledger use it, and only session and admin import the ledger's SQLite store.
+errors <- policy <- postprocess <- analysis <- rewrite <- (result, sources, settings, release,
+charge, planner) <- session <- backend <- frontends; engines, noise and ledger sit beside and only
+the stages and session import them; postprocess (the expression nodes over released values) sits
+below analysis, which builds its trees; noise, ledger and postprocess import no sqlglot; frontends
+import only session, backend, result, settings, sources and errors. ledger.accounting (zCDP
+arithmetic and Cost) is a leaf module of the ledger package with a layer of its own (SUBLAYERS):
+the analysis, explain and the rest of the ledger use it; only the stages, session and admin import
+the ledger's SQLite store.
 """
 from __future__ import annotations
 
@@ -31,11 +33,20 @@ ALLOWED = {
     "postprocess": {"errors"},   # released values only (no sqlglot): below analysis, which builds its nodes
     "datagen": set(),
     "demo": {"datagen"},
+    # the stages Session calls, between rewrite and session (docs/ARCHITECTURE.md: the line)
+    "result": {"errors", "ledger.accounting", "analysis", "ledger", "explain"},   # Result, Accuracy: what a statement returns
+    "sources": {"errors", "policy", "analysis", "engines"},    # read_schema, the ledger and audit paths
+    "settings": {"errors", "policy", "analysis", "result"},    # SET/RESET/SHOW dpsql.*: the settings table
+    "release": {"errors", "analysis", "rewrite", "noise", "postprocess", "result"},   # mechanisms, noise, accuracy
+    "charge": {"errors", "ledger.accounting", "analysis", "ledger", "policy", "explain"},  # cost, advice
+    "planner": {"errors", "policy", "analysis", "rewrite", "noise", "charge", "release"},  # plans, re-plans, cache
     "session": {"errors", "policy", "ledger.accounting", "analysis", "rewrite", "engines", "noise", "ledger",
-                "explain", "postprocess", "demo"},
-    "admin": {"errors", "policy", "analysis", "engines", "ledger", "session", "demo"},   # budget report, policy check
+                "explain", "demo", "result", "sources", "settings", "release", "charge", "planner"},
+    "backend": {"errors", "policy", "analysis", "engines", "planner", "sources", "session"},   # sessions sharing one engine
+    "admin": {"errors", "policy", "analysis", "engines", "ledger", "sources", "demo"},   # budget report, policy check
     "starter": {"errors", "engines", "filetypes"},    # `dpsql init`: a starter policy from a file's names and types
-    "frontends": {"errors", "session", "admin", "frontends", "sqltext", "starter"},
+    "frontends": {"errors", "session", "backend", "result", "settings", "sources", "admin", "frontends", "sqltext",
+                  "starter"},
     "__init__": {"errors", "frontends"},
 }
 NO_SQLGLOT = {"noise", "ledger", "postprocess", "engines", "policy", "errors", "sqltext", "ledger.accounting",

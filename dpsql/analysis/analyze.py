@@ -46,7 +46,7 @@ DomainReader = Callable[..., tuple]     # (public table, column[, "range"]) -> i
 class Schema:
     """What the engine says about the tables, read at connect time and again whenever a query
     finds a fact changed (every fact a plan relies on is re-checked in the query's own
-    transaction: dpsql.session.read_schema, Engine.run's expect)."""
+    transaction: dpsql.sources.read_schema, Engine.run's expect)."""
     columns: Mapping[str, Mapping[str, str]]          # protected table -> column -> type
     unique_units: frozenset[str] = frozenset()        # protected tables whose unit is PK/UNIQUE
     base_tables: frozenset[str] = frozenset()         # every base table (lower-case)

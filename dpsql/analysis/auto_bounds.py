@@ -3,7 +3,7 @@
 A column the data owner declares `bounds = "auto"` with an outer hard range [lower, upper] gets
 the upper clip of a SUM or AVG chosen privately, query by query, at SHARE (10%) of the query's
 epsilon; the SUM/AVG is then planned with [lower, chosen] and noised as usual with the remaining
-90% (dpsql.session.Session._auto_bound runs it; the count query is
+90% (dpsql.planner.auto_bound runs it; the count query is
 dpsql.rewrite.auto_bounds.count_select). EXPLAIN DP shows the split.
 
 Procedure. Candidates c_1 < ... < c_m (m = GRID) on a geometric grid in the hard range:

@@ -19,7 +19,7 @@ name over a glob, partition values as text) and each declared column is TRY_CAST
 a value that does not read as it is NULL and the table's columns and types are the policy's. Why
 the types must not come from the values, and what else an analyst reads for free: dpsql.filetypes.
 Without declared types the types are DuckDB's guess from the values (CSV) or the files (Parquet),
-and the table is listed in `guessed`: dpsql.session.read_schema refuses a policy that lets an
+and the table is listed in `guessed`: dpsql.sources.read_schema refuses a policy that lets an
 analyst see such a table. A loaded file is a snapshot: changes to
 it are seen on the next connect. A table made from a file has no PRIMARY KEY, UNIQUE or NOT NULL,
 so no query may assume its privacy unit unique or non-NULL (every query pre-aggregates per unit

@@ -16,7 +16,7 @@ temporary view whose name is the path itself; the Spark rewrite reads it as one 
 identifier (`dpsql.rewrite.relation`). With the policy's declared types (`types`) the view is
 try_cast of each declared column to its type, so neither a value nor the type one file was
 written with shows in the schema (dpsql.filetypes); a source read without them is listed in
-`guessed`, which dpsql.session.read_schema refuses to show an analyst. Those views are in neither base_tables() nor
+`guessed`, which dpsql.sources.read_schema refuses to show an analyst. Those views are in neither base_tables() nor
 views(), so only the policy reaches them. Any other source is a catalog table name.
 
 Each run() is one statement that Spark's parser reads as a query (never a command), run

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from dpsql.frontends.render import format_value
-from dpsql.session import Result
+from dpsql.result import Result
 
 _BAR, _LEFT, _RIGHT, _LINE, _TICK = "█", "├", "┤", "─", "┼"
 

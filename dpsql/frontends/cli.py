@@ -34,7 +34,9 @@ from dpsql.frontends.pgwire.server import Server
 from dpsql.frontends.pgwire.workers import Supervisor, WorkerFailed
 from dpsql.frontends.render import caret, render_csv, render_json, render_table
 from dpsql.frontends.script import run_script
-from dpsql.session import Backend, Result, Session
+from dpsql.backend import Backend
+from dpsql.result import Result
+from dpsql.session import Session
 from dpsql.starter import database_starter_policy, is_file, starter_policy, table_name
 
 _FORMAT = click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",

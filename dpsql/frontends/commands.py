@@ -31,7 +31,8 @@ from dpsql.frontends.meta import (
     unquote,
 )
 from dpsql.frontends.render import render_expanded, render_table
-from dpsql.session import Result, Session
+from dpsql.result import Result
+from dpsql.session import Session
 
 # -- catalog answers: names, types, the policy's declarations ----------------------------------
 

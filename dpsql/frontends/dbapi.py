@@ -48,7 +48,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from dpsql.errors import InterfaceError, NotSupportedError
-from dpsql.session import Result, Session
+from dpsql.result import Result
+from dpsql.session import Session
 
 _TYPE = {"number": "NUMBER", "string": "STRING", "boolean": "NUMBER", "date": "DATETIME",
          "timestamp": "DATETIME"}

@@ -7,7 +7,7 @@ import json
 import math
 from typing import Any
 
-from dpsql.session import Result
+from dpsql.result import Result
 
 
 def caret(sql: str, position: int | None, first_line: int = 1) -> str | None:

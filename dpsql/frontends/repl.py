@@ -28,7 +28,8 @@ from dpsql import errors
 from dpsql.frontends.commands import Shell
 from dpsql.frontends.meta import META, Meta, is_meta_line, parse_meta
 from dpsql.frontends.render import caret, format_value, render_expanded, render_table
-from dpsql.session import Result, Session
+from dpsql.result import Result
+from dpsql.session import Session
 from dpsql.sqltext import only_comments, split_statements
 
 __all__ = ["META", "Meta", "candidates", "completion_words", "is_complete", "parse_meta", "run"]

@@ -19,7 +19,8 @@ from dpsql import errors
 from dpsql.frontends.commands import Shell
 from dpsql.frontends.meta import Statement, split_script
 from dpsql.frontends.render import caret, render_csv, render_json, render_table
-from dpsql.session import Result, Session
+from dpsql.result import Result
+from dpsql.session import Session
 
 
 def format_error(err: errors.Error, pointer: str | None = None) -> str:

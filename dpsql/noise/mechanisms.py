@@ -569,3 +569,9 @@ def _epsilon_for_rho(parts: tuple[tuple[str, float, float], ...], rho: float) ->
     except (ArithmeticError, InvalidSetting):
         raise InvalidSetting("rho is outside the range this query's mechanisms support") from None
     return lo
+
+
+def laplace_noised(sensitivity: float, epsilon: float, value, rng) -> float:
+    """value + Laplace(sensitivity / epsilon) noise, by the exact sampler (for AboveThreshold:
+    dpsql.analysis.auto_bounds.above_threshold)."""
+    return make_mechanism("laplace", sensitivity, epsilon, 0.0).release(Fraction(value), rng)

@@ -19,7 +19,7 @@ exactly the law its scalar counterpart draws from, given uniform random words:
 The draws themselves are dpsql.noise.vector_samplers (Canonne, Kamath & Steinke 2020, with the
 exactness rules R1-R7 that the steps below cite).
 
-Cancel and time limits: the callers (dpsql.session) draw in batches and check between batches;
+Cancel and time limits: the callers (dpsql.release) draw in batches and check between batches;
 nothing here blocks for long (a batch of 2**15 values is some milliseconds), and numpy's loops
 and os.urandom release the GIL while they run.
 

@@ -170,7 +170,7 @@ class Defaults:
 
 @dataclass(frozen=True, slots=True)
 class Timing:
-    """When a private answer is released (dpsql.session.release_delay): not before `floor`
+    """When a private answer is released (dpsql.release.release_delay): not before `floor`
     seconds after the query started, and then only at a whole multiple of `quantum` seconds
     from its start, so that small data-dependent differences in run time vanish. 0 disables each."""
     quantum: float = DEFAULT_QUANTUM

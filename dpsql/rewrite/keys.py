@@ -5,7 +5,7 @@ released, so nothing it does with a key may fail on some value. A cast to text i
 engine (DuckDB and Spark print every value; PostgreSQL's output functions print 'infinity', BC
 dates, years past 9999 and NUMERIC NaN), and the driver always loads text, where psycopg would
 raise on a date it cannot represent. The Session turns text into typed values only for released
-keys, and never by a conversion that can fail (dpsql.session._typed_key). On PostgreSQL the cast
+keys, and never by a conversion that can fail (dpsql.release.typed_key). On PostgreSQL the cast
 also drops CHAR(n)'s padding, so a padded value matches its public domain.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dpsql.frontends.chart import bar_chart
-from dpsql.session import Accuracy, Result
+from dpsql.result import Accuracy, Result
 
 ACC = Accuracy("laplace", 2.0, 6.0)
 

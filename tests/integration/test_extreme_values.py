@@ -53,7 +53,8 @@ import pytest
 
 from dpsql.errors import EngineError, Error, InternalError, QueryRejected
 from dpsql.noise.rng import SeededRng
-from dpsql.session import Session, _key_order
+from dpsql.release import key_order
+from dpsql.session import Session
 from tests.conftest import postgres_database
 
 # ======================================================================================= the data
@@ -931,7 +932,7 @@ def test_extreme_keys_are_released_typed_or_as_text_in_a_total_order(engine, tmp
 
     from dpsql.postprocess.table import _sort_key
     from dpsql.rewrite.keys import key_text
-    from dpsql.session import _typed_key
+    from dpsql.release import typed_key
     sessions = engine.sessions(tmp_path, ("crowd",))
     session = sessions["crowd"]
     try:
@@ -942,7 +943,7 @@ def test_extreme_keys_are_released_typed_or_as_text_in_a_total_order(engine, tmp
                 continue
             text = key_text(0, exp.column(col.name)).sql(engine.name)
             planted = {r[0] for r in session.engine.run(f"SELECT {text} FROM {table} WHERE pid = {PLANTED}").rows}
-            want = {_canon(_typed_key(t, types[col.name])) for t in planted}
+            want = {_canon(typed_key(t, types[col.name])) for t in planted}
             sql = f"SELECT {col.name}, COUNT(*) FROM x GROUP BY {col.name} ORDER BY {col.name} DESC NULLS FIRST"
             out = run(session, sql)
             assert out.kind == "ok", f"{sql}: {out.detail}"
@@ -951,7 +952,7 @@ def test_extreme_keys_are_released_typed_or_as_text_in_a_total_order(engine, tmp
             assert not missing, f"{sql}: planted keys not released: {sorted(missing)[:5]}"
             for nulls_first, desc in itertools.product((False, True), repeat=2):     # never raises
                 sorted(got, key=lambda k: _sort_key(k, nulls_first, desc), reverse=desc)
-            sorted(got, key=lambda k: _key_order((k,)))
+            sorted(got, key=lambda k: key_order((k,)))
             for k in got:
                 if col.kind in ("num", "bool"):
                     assert not isinstance(k, str), f"{col.name}: the key {k!r} came back as text"

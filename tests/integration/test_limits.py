@@ -9,7 +9,7 @@ import pytest
 import dpsql
 from dpsql.errors import InvalidSetting, QueryRejected
 from dpsql.policy import load_policy
-from dpsql.session import release_delay
+from dpsql.release import release_delay
 from tests.conftest import policy_for
 
 

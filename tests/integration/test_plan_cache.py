@@ -32,9 +32,10 @@ def test_a_backends_sessions_share_plans_per_analyst(people_db, tmp_path, monkey
     """The proxy's sessions (one per connection) share one cache: an analyst's second connection
     reuses the plan the first made, without parsing the text again; another analyst never gets it."""
     from dpsql import session as session_mod
+    from dpsql.backend import Backend
     pol = policy_for(tmp_path)
     pol["reconstruction"] = {"cache_lifetime": 0}          # every run charged: no repeated answers
-    backend = session_mod.Backend(people_db, pol)
+    backend = Backend(people_db, pol)
     a1, a2, b = backend.session("a"), backend.session("a"), backend.session("b")
     q = "SELECT COUNT(*) FROM people WHERE age > 30"
     try:

@@ -14,6 +14,7 @@ from dpsql.ledger import accounting
 from dpsql.admin import spending_report
 from dpsql.errors import BudgetExhausted, InvalidSetting, PolicyError
 from dpsql.policy import load_policy
+from dpsql.release import mechanisms_for
 from tests.conftest import policy_for
 
 
@@ -40,7 +41,7 @@ def test_a_query_is_charged_the_rho_of_the_noise_it_gets(people_db, tmp_path):
         cur = conn.cursor()
         rows = explain(cur, "SELECT COUNT(*), SUM(income) FROM people")
         values = [r for r in rows if r["item"] == "value"]
-        mechs = conn.session._mechanisms(conn.session.plan("SELECT COUNT(*), SUM(income) FROM people"))[0]
+        mechs = mechanisms_for(conn.session.plan("SELECT COUNT(*), SUM(income) FROM people"))[0]
         exact = sum((m.rho for m in mechs.values()), Fraction(0))
         assert [r["rho"] for r in values] == [float(m.rho) for m in mechs.values()]
         for m in mechs.values():           # Delta_g^2 / (2 sigma_g^2), about (sensitivity / sigma)^2 / 2
@@ -115,7 +116,7 @@ def test_set_rho_calibrates_each_query_to_that_cost(people_db, tmp_path):
         cur.execute("SET dpsql.epsilon = 0.5")
         assert cur.execute("SHOW dpsql.rho").fetchone() == (None,)
         cur.execute("RESET dpsql.rho")
-        assert conn.session.rho is None                          # the policy sets no default rho
+        assert conn.session.config.rho is None                          # the policy sets no default rho
         for bad, why in (("0", "positive"), ("1e-9", "minimum"), ("50", "lifetime budget allows")):
             with pytest.raises(InvalidSetting, match=why):
                 cur.execute(f"SET dpsql.rho = {bad}")
@@ -191,16 +192,16 @@ def test_policy_default_rho(people_db, tmp_path):
     pol = zpolicy(tmp_path, rho=0.02)
     with dpsql.connect(people_db, policy=pol, analyst="ann") as conn:
         cur = conn.cursor()
-        assert conn.session.rho == 0.02
+        assert conn.session.config.rho == 0.02
         cur.execute("SELECT COUNT(*) FROM people")
         assert conn.session.spending().rho_spent == pytest.approx(0.02, rel=1e-6)
         cur.execute("SET dpsql.epsilon = 0.3")
-        assert conn.session.rho is None
+        assert conn.session.config.rho is None
         cur.execute("RESET ALL")
-        assert conn.session.rho == 0.02
+        assert conn.session.config.rho == 0.02
     pol["analysts"] = {"bob": {"accountant": "basic"}}
     with dpsql.connect(people_db, policy=pol, analyst="bob") as conn:
-        assert conn.session.rho is None and conn.session.spending().accountant == "basic"
+        assert conn.session.config.rho is None and conn.session.spending().accountant == "basic"
 
 
 def test_policy_validation(tmp_path):

@@ -301,7 +301,7 @@ def test_no_answer_is_released_before_its_charge_is_committed(people_db, tmp_pat
     Each batch is held 3 ms before its COMMIT, so an answer released when its charge is merely
     queued or applied would show. (Waking waiters between the hook and COMMIT is caught by
     test_no_charge_returns_before_its_commit, which checks right at charge()'s return.)"""
-    from dpsql.session import Backend
+    from dpsql.backend import Backend
     from tests.conftest import policy_for
 
     pol = policy_for(tmp_path)

@@ -18,7 +18,7 @@ import pytest
 from dpsql.errors import QueryCanceled
 from dpsql.frontends.pgwire.auth import make_verifier
 from dpsql.frontends.pgwire.server import ServerThread
-from dpsql.session import Backend
+from dpsql.backend import Backend
 from tests.conftest import policy_for
 
 PASSWORD = "s3cret pw"

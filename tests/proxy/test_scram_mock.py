@@ -17,7 +17,7 @@ import textwrap
 
 from dpsql.frontends.pgwire.auth import make_verifier
 from dpsql.frontends.pgwire.server import ServerThread
-from dpsql.session import Backend
+from dpsql.backend import Backend
 from tests.conftest import policy_for
 from tests.proxy.conftest import raw_connect
 from tests.proxy import wire
@@ -57,7 +57,7 @@ def shape(attrs: dict[str, str]) -> tuple[int, int]:
 _OTHER_PROCESS = textwrap.dedent("""
     import json, sys
     from dpsql.frontends.pgwire.server import ServerThread
-    from dpsql.session import Backend
+    from dpsql.backend import Backend
     from tests.proxy.test_scram_mock import server_first
     db, policy, names = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3:]
     with Backend(db, policy) as backend, ServerThread(backend) as srv:

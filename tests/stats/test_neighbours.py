@@ -32,8 +32,8 @@ How releases are produced. Running ``Session.execute`` 13,000 times per shape ta
 minutes (each call parses, rewrites, and durably charges the ledger). Instead each
 release runs the shipped code after the charge: the plan from ``session.plan``, the
 SQL from ``to_sql``, the engine run with the bounding salt bound as in
-``Session._run_private``, and ``Session._noise`` (mechanisms from
-``Session._mechanisms``: partition selection, noise, post-processing). The engine's
+``Session._run_private``, and ``dpsql.release.release`` (mechanisms from
+``dpsql.release.mechanisms_for``: partition selection, noise, post-processing). The engine's
 answer depends only on the salt, so it is computed once for each of N_SALTS salts
 (drawn as the session draws them, ``rng.randbits(63)``) and each release picks one
 salt uniformly from that pool, the same pool for D and D'. For a fixed salt the
@@ -73,6 +73,7 @@ from dpsql.analysis.sensitivity import selection_threshold
 from dpsql.noise import SeededRng, make_mechanism
 from dpsql.postprocess import Key
 from dpsql.rewrite import SALT, to_sql
+from dpsql.release import mechanisms_for, release
 from dpsql.session import Session
 
 pytestmark = pytest.mark.stats
@@ -319,14 +320,16 @@ class Releases:
         self.session = session
         self.plan = session.plan(sql)
         text = to_sql(self.plan, session.engine.dialect)
-        self.mechs, self.sel = session._mechanisms(self.plan)
+        self.mechs, self.sel = mechanisms_for(self.plan)
         salts = salts if self.plan.group_choice else [None]
         self.rows = [session.engine.run(text, {SALT: s} if s is not None else None).rows for s in salts]
 
     def draw(self, n: int, pick: random.Random, *, plan=None, mechs=None) -> list:
         plan, mechs = plan or self.plan, mechs or self.mechs
-        noise, rows = self.session._noise, self.rows
-        return [noise(plan, rows[pick.randrange(len(rows))], mechs, self.sel) for _ in range(n)]
+        s, rows = self.session, self.rows
+        limit = s.policy.limits.max_released_rows
+        return [release(plan, rows[pick.randrange(len(rows))], mechs, self.sel, s.rng, max_rows=limit)
+                for _ in range(n)]
 
 
 def _read(plan, tables: list, target: Target) -> np.ndarray:
@@ -538,11 +541,12 @@ def assert_fast_path_ships(database, shape, seed: int, open_session, check_plan=
     if check_plan is not None:
         check_plan(plan)
     text = to_sql(plan, ours.engine.dialect)
-    mechs, sel = ours._mechanisms(plan)
+    mechs, sel = mechanisms_for(plan)
     for _ in range(3):
         want = shipped.execute(shape.sql)
         bind = {SALT: ours.rng.randbits(63)} if plan.group_choice else None
-        got = ours._noise(plan, ours.engine.run(text, bind).rows, mechs, sel)
+        got = release(plan, ours.engine.run(text, bind).rows, mechs, sel, ours.rng,
+                      max_rows=ours.policy.limits.max_released_rows)
         assert got.columns == want.columns
         assert got.rows == want.rows
 

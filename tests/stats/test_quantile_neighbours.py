@@ -2,7 +2,7 @@
 COUNT(DISTINCT col) of a non-unit column (dpsql.analysis.distinct, dpsql.rewrite.count_distinct),
 on the datasets of tests/stats/test_neighbours.py: D holds unit X (7 rows in 3 states, values far
 beyond the bounds), D' is D without X. For each shape the shipped release path (plan, rewrite, engine
-run per salt, Session._noise) releases the query many times on D and on D', and the checker of
+run per salt, dpsql.release.release) releases the query many times on D and on D', and the checker of
 test_neighbours tests P_D(E) <= e^eps P_D'(E) (and the reverse) on pilot-placed bins and half-lines
 of the released quantile, at the quantile's own epsilon share (plan.noise).
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 import pytest
 
 from dpsql.noise.exponential import parse_histogram
+from dpsql.release import mechanisms_for
 from dpsql.rewrite import SALT, to_sql
 from dpsql.rewrite.quantiles import histograms, needs_salt
 from tests.stats.test_neighbours import (  # noqa: F401 (fixtures)
@@ -65,7 +66,7 @@ class QuantileReleases(Releases):
         self.session = session
         self.plan = session.plan(sql)
         text = to_sql(self.plan, session.engine.dialect)
-        self.mechs, self.sel = session._mechanisms(self.plan)
+        self.mechs, self.sel = mechanisms_for(self.plan)
         salts = salts if self.plan.group_choice or needs_salt(self.plan) else [None]
         self.rows = [session.engine.run(text, {SALT: s} if s is not None else None).rows for s in salts]
 

@@ -2,7 +2,7 @@
 on the datasets of tests/stats/test_neighbours.py: D holds unit X (7 rows in 3 states, values far
 beyond the bounds), D' is D without X; people allows 2 rows and 2 states per person, so X moves two
 states' scores by up to the per-group bound each. For each shape the shipped release path (plan,
-rewrite, engine run per salt from a pool, Session._noise, which calls Session._top) releases the
+rewrite, engine run per salt from a pool, dpsql.release.release, which calls its _top) releases the
 query many times on D and on D', and the checker of test_neighbours tests
 P_D(E) <= e^eps P_D'(E) (and the reverse) for the events "key s is ranked first", "key s is among
 the k released" and "the released ranking is (s, t)", at the selection's own epsilon (plan.topk:

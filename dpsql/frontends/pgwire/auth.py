@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dpsql.errors import AuthenticationFailed, OperationalError, ProtocolViolation
-from dpsql.session import _ledger_path
+from dpsql.sources import ledger_path
 
 log = logging.getLogger("dpsql.server")
 
@@ -152,7 +152,7 @@ def secret_path(policy) -> Path | None:
     """Where the server secret lives: beside the ledger (LEDGER.server-secret); None when the
     ledger is in memory."""
     try:
-        ledger = _ledger_path(policy)
+        ledger = ledger_path(policy)
     except Exception:     # noqa: BLE001 - no ledger file named: nothing persistent to put it beside
         return None
     text = str(ledger)

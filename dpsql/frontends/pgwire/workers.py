@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from dpsql.errors import Error
 from dpsql.frontends.pgwire.limits import tune_allocator
 from dpsql.frontends.pgwire.server import SHUTDOWN_TIMEOUT, Server
-from dpsql.session import Backend
+from dpsql.backend import Backend
 
 log = logging.getLogger("dpsql.server")
 
