@@ -380,11 +380,16 @@ def register_parquet(spark, tables: dict[str, str], database: str = "default") -
 
 
 @pytest.fixture(scope="session")
-def people_spark(spark_session, people_db, tmp_path_factory) -> str:
+def people_parquet(people_db, tmp_path_factory) -> dict[str, str]:
+    """The people_db tables as Parquet files (read only): {table: path}."""
+    return export_parquet(people_db, tmp_path_factory.mktemp("parquet"))
+
+
+@pytest.fixture(scope="session")
+def people_spark(spark_session, people_parquet) -> str:
     """The people_db tables (and people_view) as Parquet-backed tables in the test SparkSession;
     a spark:// URL to them. No PRIMARY KEY or NOT NULL in Spark: people_pk is bounded like people."""
-    files = export_parquet(people_db, tmp_path_factory.mktemp("parquet"))
-    register_parquet(spark_session, files)
+    register_parquet(spark_session, people_parquet)
     spark_session.sql("CREATE VIEW IF NOT EXISTS people_view AS SELECT * FROM people")
     return SPARK_TARGET
 

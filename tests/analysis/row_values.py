@@ -1,5 +1,5 @@
 """Side conditions X1-X6 of grammars/dpsql.lark: row values (aggregate arguments, computed group
-keys, CASE branches, FILTER), for the grammar tests' checker (conftest._Walk mixes this in).
+keys, CASE branches, FILTER), for the grammar tests' checker (checker._Walk mixes this in).
 
 A row value is derived bottom-up, as the grammar's side conditions state it: its type, its range
 (interval arithmetic over the policy's bounds, exact with fractions), whether it is whole, its
@@ -114,7 +114,7 @@ def after(v, unit: str):
 
 
 class Values:
-    """Mixed into conftest._Walk: bad, replace, render, column, resolve, condition, toks, trees."""
+    """Mixed into checker._Walk: bad, replace, render, column, resolve, condition, toks, trees."""
 
     # -- entry points
     def value(self, node, scope) -> V:
@@ -174,7 +174,7 @@ class Values:
         raise AssertionError(f"not a row value: {tok!r}")
 
     def _col_value(self, node, scope) -> V:
-        from conftest import ANY_COL
+        from tests.analysis.checker import ANY_COL   # (checker imports this module)
         colnode = self.col_of(node)
         item, col = self.column(colnode, scope, ANY_COL | {"COMPUTED"}, "column")
         if col.computed is not None:               # X7: the value it stands for
@@ -460,7 +460,7 @@ class Values:
 
     def computed(self, node, scope, name: str):
         """X7: a row-level query's item that computes a value: a column that stands for it."""
-        from conftest import Column
+        from tests.analysis.checker import Column   # (checker imports this module)
         v = self.counted(node, scope)
         if v.kind == "num" and v.bounded:
             return Column(name, "BIGINT" if v.whole else "DOUBLE", frozenset({"KEY_COL", "COMPUTED"}),

@@ -2,7 +2,7 @@
 
 1. Every query drawn from the grammar (hypothesis.extra.lark, with the grammar's table
    terminals filled from the test policy and its name terminals from NAMES), edited so
-   that the side conditions hold (repair_conditions, tests/analysis/conftest.py), is
+   that the side conditions hold (repair_conditions, tests/analysis/checker.py), is
    accepted: analyze returns a QueryPlan. The draws cover the relational shapes: joins,
    CTEs, FROM subqueries (row-level and per-unit), semi-joins and wrappers.
 2. Mutants of those queries (a token dropped, duplicated, swapped or replaced by a

@@ -10,14 +10,9 @@ import dpsql
 from dpsql.engines import open_engine
 from dpsql.engines.spark import SparkEngine, is_path, master_of
 from dpsql.errors import EngineError, InterfaceError, QueryCanceled, QueryRejected
-from tests.conftest import export_parquet, file_types, policy_for
+from tests.conftest import file_types, policy_for
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(scope="module")
-def parquet(people_db, tmp_path_factory) -> dict[str, str]:
-    return export_parquet(people_db, tmp_path_factory.mktemp("sources"))
 
 
 @pytest.fixture
@@ -77,31 +72,33 @@ def test_errors_are_generic_and_logged(engine, caplog):
     assert any(r.name == "dpsql.engine" for r in caplog.records)
 
 
-def test_parquet_sources_through_the_policy(people_spark, parquet, tmp_path):
+def test_parquet_sources_through_the_policy(people_spark, people_parquet, tmp_path):
     """source = a Parquet path: registered as a temporary view, read by the rewrite; the analyst
     can reach it only by the policy's table name."""
     pol = policy_for(tmp_path)
     for name in ("people", "visits"):
-        pol["tables"][name] = dict(pol["tables"][name], source=parquet[name], types=file_types(parquet[name]))
-    pol["tables"]["sick"] = dict(pol["tables"].pop("people_pk"), source=parquet["people"],
-                                 types=file_types(parquet["people"]))
+        pol["tables"][name] = dict(pol["tables"][name], source=people_parquet[name],
+                                   types=file_types(people_parquet[name]))
+    pol["tables"]["sick"] = dict(pol["tables"].pop("people_pk"), source=people_parquet["people"],
+                                 types=file_types(people_parquet["people"]))
     with dpsql.connect(people_spark, policy=pol, analyst="alice") as c:
         session = c.session
-        assert parquet["people"] not in session.engine.base_tables()
-        assert parquet["people"] not in session.engine.views()
+        assert people_parquet["people"] not in session.engine.base_tables()
+        assert people_parquet["people"] not in session.engine.views()
         cur = c.cursor()
         cur.execute("SELECT state, SUM(cost) FROM visits GROUP BY state")
         assert len(cur.fetchall()) == 8
         cur.execute("SELECT COUNT(*) FROM sick")
         assert 1500 < cur.fetchone()[0] < 2500
-        for sneaky in (f"SELECT * FROM `{parquet['people']}`", f"SELECT * FROM parquet.`{parquet['people']}`"):
+        path = people_parquet["people"]
+        for sneaky in (f"SELECT * FROM `{path}`", f"SELECT * FROM parquet.`{path}`"):
             with pytest.raises(QueryRejected):
                 cur.execute(sneaky)
 
 
-def test_clones_share_sources_and_interrupt_only_their_own_query(people_spark, parquet):
+def test_clones_share_sources_and_interrupt_only_their_own_query(people_spark, people_parquet):
     a = SparkEngine(people_spark)
-    a.table_columns(parquet["visits"])
+    a.table_columns(people_parquet["visits"])
     b = a.clone()
     # hours of work on two cores: it cannot finish before the interrupt, however slow b's query is
     slow = "SELECT COUNT(*) FROM range(0, 4000000000000) WHERE xxhash64(id) % 7 = 3"
@@ -117,7 +114,7 @@ def test_clones_share_sources_and_interrupt_only_their_own_query(people_spark, p
         ta = threading.Thread(target=run, args=(a, "a", slow))
         ta.start()
         time.sleep(3)
-        tb = threading.Thread(target=run, args=(b, "b", f"SELECT COUNT(*) FROM `{parquet['visits']}`"))
+        tb = threading.Thread(target=run, args=(b, "b", f"SELECT COUNT(*) FROM `{people_parquet['visits']}`"))
         tb.start()
         b.interrupt()              # nothing of b's is cancelled but its own (maybe finished) query
         time.sleep(1)
@@ -126,7 +123,7 @@ def test_clones_share_sources_and_interrupt_only_their_own_query(people_spark, p
         ta.join(60)
         tb.join(60)
         assert isinstance(out["a"], QueryCanceled) and "cancelled" in str(out["a"])
-        assert b.run(f"SELECT COUNT(*) FROM `{parquet['visits']}`").rows[0][0] > 0
+        assert b.run(f"SELECT COUNT(*) FROM `{people_parquet['visits']}`").rows[0][0] > 0
         assert a.run("SELECT 1").rows == [(1,)]
     finally:
         b.close()

@@ -786,13 +786,13 @@ def people_to_x(engine: Engine, i: int) -> dict[str, str]:
 def grammar_queries(engine: Engine, count: int) -> list[str]:
     """`count` queries drawn from grammars/dpsql.lark (derandomized: the same on every run) over the
     test policy's people table, edited so that the grammar's side conditions hold (tests/analysis/
-    conftest.py's repair_conditions), then renamed onto this engine's table x (people_to_x), with
+    checker.py's repair_conditions), then renamed onto this engine's table x (people_to_x), with
     the planted values as literals. Queries that reach another table are left out."""
     from hypothesis import HealthCheck, Phase, Verbosity, given, settings
     from hypothesis import strategies as st
     from hypothesis.extra.lark import from_lark
 
-    from tests.analysis.conftest import (
+    from tests.analysis.checker import (
         COLUMN_TYPES,
         NAMES,
         repair_conditions,
