@@ -205,9 +205,10 @@ def repl(target: str | None, policy: str | None, analyst: str | None, history: s
         with Session.open(target, policy, analyst) as session:
             if interactive:
                 try:
-                    # lazy: importing prompt_toolkit would slow every `dpsql query` by its import
-                    # time (tests/frontends/test_cli.py checks that the CLI imports neither)
-                    from dpsql.frontends import repl as interactive_repl
+                    # the prompt is optional for every other command: importing prompt_toolkit at the
+                    # top would slow every `dpsql query` by its import time (tests/frontends/test_cli.py
+                    # checks that the CLI imports neither)
+                    from dpsql.frontends import repl as interactive_repl  # optional: the prompt only
                 except ImportError as err:
                     raise click.ClickException(f"the interactive prompt is not available ({err}); "
                                                "pipe a script instead: dpsql repl < script.sql") from None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+import duckdb
 import numpy as np
 
 from dpsql.postprocess.expr import Env, Expr, Key, Ref, Win
@@ -151,7 +152,6 @@ def sql_wrap(table: Table, w: Any, check: Check = None) -> Table:
     file or network access, its configuration locked, one thread, 256 MB), and the outer query
     runs there. Post-processing: its input is the released values only. A selected column keeps
     its half-width (through the row position `_dprow`), a computed one has none."""
-    import duckdb       # a base dependency; imported here, where only window queries pay for it
     con = duckdb.connect(":memory:", config={"enable_external_access": False, "threads": 1,
                                              "memory_limit": "256MB", "integer_division": True})
     try:
