@@ -176,6 +176,8 @@ def fold_numbers(tree: exp.Expression) -> exp.Expression:
         n = abs(v) * 10 ** scale                  # a whole number: v terminates within `scale` places
         text = str(int(n)).rjust(scale + 1, "0")
         text = f"{text[:-scale]}.{text[-scale:]}" if scale else text
+        if not NUMBER.fullmatch(text) or (whole and abs(v) >= 2 ** 63):
+            return None        # a literal the analyst could not write (or a bigint PostgreSQL overflows): as written
         lit = exp.Literal.number(text)
         return exp.Neg(this=lit) if v < 0 else lit
 
