@@ -27,7 +27,7 @@ from dpsql.analysis.sqltypes import family
 from dpsql.noise import make_mechanism, vector
 from dpsql.noise.exponential import QuantileEM
 from dpsql.noise.topk import NoisyTopK
-from dpsql.result import Accuracy, Result, type_name
+from dpsql.result import Accuracy, Result, ResultKind, type_name
 from dpsql.rewrite.quantiles import histograms as quantile_histograms
 
 
@@ -392,7 +392,7 @@ def answer(plan: QueryPlan, rows: list[tuple], mechs, sel, rng, *, max_rows: int
     rows, widths, cut = table.rows, table.widths, table.cut
     if len(rows) > max_rows:       # partition selection released more groups than the policy allows
         rows, widths, cut = rows[:max_rows], widths[:max_rows], len(rows) - max_rows
-    return Result(table.columns, [type_name(t) for t in types], rows, "private", acc,
+    return Result(table.columns, [type_name(t) for t in types], rows, ResultKind.PRIVATE, acc,
                   widths, charged, spending, tag=f"SELECT {len(rows)}", db_types=types,
                   surcharge=surcharge, truncated=cut)
 
@@ -400,6 +400,6 @@ def answer(plan: QueryPlan, rows: list[tuple], mechs, sel, rng, *, max_rows: int
 def describe(plan: QueryPlan, settings, check=None) -> tuple[list[str], list[str]]:
     """A private query's result column names and SQL types as the settings show them (no rows)."""
     names, types = output_names(plan), db_types(plan)
-    r = present(Result(names, [type_name(t) for t in types], [], "private", [], [], db_types=types), plan, settings,
+    r = present(Result(names, [type_name(t) for t in types], [], ResultKind.PRIVATE, [], [], db_types=types), plan, settings,
                 check)
     return r.columns, r.db_types

@@ -4,6 +4,7 @@ a Result; and the readable type name of an engine's SQL type."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from dpsql import explain
 from dpsql.analysis.sqltypes import family
@@ -31,12 +32,22 @@ class Accuracy:
     ci95: float | None
 
 
+class ResultKind(StrEnum):
+    """What a Result holds (its value is the word the front ends and tests read)."""
+    PRIVATE = "private"      # released values of a private query: noisy, charged
+    PUBLIC = "public"        # rows of public tables only: exact, free
+    EXPLAIN = "explain"      # EXPLAIN DP's rows
+    SHOW = "show"            # a setting, a budget, a catalog listing
+    SET = "set"              # SET / RESET: no rows
+    EMPTY = "empty"          # an empty statement
+
+
 @dataclass
 class Result:
     columns: list[str]
     types: list[str]                      # per column: number, string, boolean, date, ...
     rows: list[tuple]
-    kind: str                             # private | public | explain | show | set | empty
+    kind: ResultKind
     accuracy: list[Accuracy | None] = field(default_factory=list)
     half_widths: list[tuple] = field(default_factory=list)   # per row, per column; None = exact
     cost: Cost | None = None
@@ -52,6 +63,9 @@ class Result:
     # in dpsql.release.present). Always None for results that are not private.
     suppressed: int | None = None
     topk: str = ""                        # SET dpsql.topk: how the released keys were chosen, for the status line
+
+    def __post_init__(self) -> None:
+        self.kind = ResultKind(self.kind)      # a plain word from older callers reads as its kind
 
     @property
     def status(self) -> str:
@@ -77,7 +91,7 @@ class Result:
     def _suppressed_note(self) -> str:
         """The status line's word on groups partition selection removed: how many when that is a
         public fact (none), else that some may have been, never how many or which."""
-        if self.kind != "private" or self.cached:
+        if self.kind is not ResultKind.PRIVATE or self.cached:
             return ""
         if self.suppressed is None:
             return ("; partition selection may have suppressed groups with too few people "
@@ -113,7 +127,7 @@ def from_cache(payload: str, spending: Spending) -> Result:
     """A repeated answer from the cache: charged nothing, with the spending as it is now."""
     d = decode(payload)
     acc = [None if a is None else Accuracy(*a) for a in d["accuracy"]]
-    return Result(d["columns"], d["types"], [tuple(r) for r in d["rows"]], "private", acc,
+    return Result(d["columns"], d["types"], [tuple(r) for r in d["rows"]], ResultKind.PRIVATE, acc,
                   [tuple(h) for h in d["half_widths"]], Cost(0.0, 0.0), spending, tag=d["tag"],
                   db_types=d["db_types"], cached=True)
 
@@ -130,6 +144,6 @@ def explain_result(rows: list[tuple], form: str | None = "facts", dialect: str |
     cols, types = explain.columns(form), explain.types(form)
     rows = explain.shaped(rows, form, dialect)
     n = len(cols)
-    return Result(list(cols), list(types), rows, "explain", [None] * n,
+    return Result(list(cols), list(types), rows, ResultKind.EXPLAIN, [None] * n,
                   [(None,) * n for _ in rows], tag="EXPLAIN",
                   db_types=["DOUBLE" if t == "number" else "VARCHAR" for t in types])

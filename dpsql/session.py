@@ -23,6 +23,7 @@ from typing import Any, Self
 from dpsql import charge, explain, planner, release
 from dpsql.analysis.analyze import PublicQuery, Schema
 from dpsql.analysis.parse import Statement, classify
+from dpsql.analysis.parse import StatementKind as Kind
 from dpsql.analysis.measures import SampleAggregate
 from dpsql.analysis.plan import QueryPlan
 from dpsql.demo import DEMO_ANALYST, ensure_demo
@@ -38,7 +39,7 @@ from dpsql.errors import (
 from dpsql.ledger import AuditLog, Cost, Ledger, Spending
 from dpsql.noise import SecureRng
 from dpsql.policy import Policy, load_policy
-from dpsql.result import Result, explain_result, from_cache, to_cache, type_name
+from dpsql.result import Result, ResultKind, explain_result, from_cache, to_cache, type_name
 from dpsql.rewrite import SALT, to_sql
 from dpsql.rewrite.quantiles import needs_salt
 from dpsql.settings import Settings
@@ -140,16 +141,16 @@ class Session:
                 raise InternalError(f"internal error ({type(err).__name__}); nothing was released") from None
 
     def _dispatch(self, stmt: Statement) -> Result:
-        if stmt.kind == "empty":
-            return Result([], [], [], "empty", tag="EMPTY")
-        if stmt.kind == "set":
+        if stmt.kind is Kind.EMPTY:
+            return Result([], [], [], ResultKind.EMPTY, tag="EMPTY")
+        if stmt.kind is Kind.SET:
             return self.config.set(stmt.name, stmt.value)
-        if stmt.kind == "reset":
+        if stmt.kind is Kind.RESET:
             return self.config.reset(stmt.name)
-        if stmt.kind == "show":
+        if stmt.kind is Kind.SHOW:
             return self.config.show(stmt.name)
         planned = self._analyze(stmt)
-        if stmt.kind == "explain":
+        if stmt.kind is Kind.EXPLAIN:
             if isinstance(planned, PublicQuery):
                 return explain_result(explain.public_rows(planned.sql), stmt.name, self.engine.dialect)
             return self._explain(planned, stmt.name)
@@ -200,13 +201,13 @@ class Session:
         """Analyse a query without running or charging it (for tools and tests); cached=False
         plans it afresh even if the session keeps a plan for it."""
         stmt = classify(sql, None)
-        if stmt.kind not in ("query", "explain"):
+        if stmt.kind not in (Kind.QUERY, Kind.EXPLAIN):
             raise QueryRejected("a command", "only queries have plans")
         return self._analyze(stmt) if cached else planner.plan(stmt, self._inputs())
 
     def _run_public(self, q: PublicQuery) -> Result:
         rows = self.engine.run(q.sql, expect=self._expect((), q.tables))
-        return Result(list(rows.columns), [type_name(t) for t in rows.types], rows.rows, "public",
+        return Result(list(rows.columns), [type_name(t) for t in rows.types], rows.rows, ResultKind.PUBLIC,
                       accuracy=[None] * len(rows.columns),
                       half_widths=[(None,) * len(rows.columns) for _ in rows.rows],
                       tag=f"SELECT {len(rows.rows)}", db_types=list(rows.types))
@@ -293,13 +294,13 @@ class Session:
             raise InterfaceError("the session is closed")
         with self._lock:
             stmt = classify(sql, params)
-            if stmt.kind in ("empty", "set", "reset"):
+            if stmt.kind in (Kind.EMPTY, Kind.SET, Kind.RESET):
                 return [], []
-            if stmt.kind == "show":
+            if stmt.kind is Kind.SHOW:
                 r = self.config.show(stmt.name)
                 return r.columns, ["DOUBLE" if t == "number" else "VARCHAR" for t in r.types]
             planned = self._analyze(stmt)
-            if stmt.kind == "explain":
+            if stmt.kind is Kind.EXPLAIN:
                 return (list(explain.columns(stmt.name)),
                         ["DOUBLE" if t == "number" else "VARCHAR" for t in explain.types(stmt.name)])
             if isinstance(planned, PublicQuery):

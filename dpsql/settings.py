@@ -18,7 +18,7 @@ from typing import Any
 from dpsql.analysis import topk as topk_plan
 from dpsql.errors import InvalidSetting, QueryRejected
 from dpsql.policy import MECHANISMS, Policy
-from dpsql.result import Result
+from dpsql.result import Result, ResultKind
 
 FIXED = ("analyst", "budget", "spent", "ledger", "policy", "accountant")   # SET refuses: the policy's
 
@@ -216,7 +216,7 @@ class Settings:
         else:
             raise InvalidSetting(f"unknown setting {name}; settable: "
                                  + ", ".join(f"dpsql.{e.name}" for e in SETTINGS.values() if e.parse is not None))
-        return Result([], [], [], "set", tag="SET")
+        return Result([], [], [], ResultKind.SET, tag="SET")
 
     def reset(self, name: str) -> Result:
         e = SETTINGS.get(name[len("dpsql."):]) if name.startswith("dpsql.") else None
@@ -228,7 +228,7 @@ class Settings:
                 setattr(self, e.partner, SETTINGS[e.partner].default(self))
         else:
             raise QueryRejected(f"RESET {name}", "only dpsql settings can be reset")
-        return Result([], [], [], "set", tag="RESET")
+        return Result([], [], [], ResultKind.SET, tag="RESET")
 
     def all(self) -> list[tuple[str, str | None, str]]:
         """Every dpsql setting as (name, value as text, description), for SHOW ALL."""
@@ -242,7 +242,7 @@ class Settings:
     def show(self, name: str) -> Result:
         if name == "all":
             rows = self.all()
-            return Result(["name", "setting", "description"], ["string"] * 3, rows, "show", [None] * 3,
+            return Result(["name", "setting", "description"], ["string"] * 3, rows, ResultKind.SHOW, [None] * 3,
                           [(None,) * 3 for _ in rows], tag="SHOW", db_types=["VARCHAR"] * 3)
         if name == "dpsql.budget":
             return self._budget()
@@ -253,7 +253,7 @@ class Settings:
                                 "dpsql.topk, dpsql.accountant and dpsql.analyst")
         v = e.show(self)
         number = isinstance(v, (int, float)) or e.number
-        return Result([e.name], ["number" if number else "string"], [(v,)], "show", [None], [(None,)],
+        return Result([e.name], ["number" if number else "string"], [(v,)], ResultKind.SHOW, [None], [(None,)],
                       tag="SHOW", db_types=["DOUBLE" if number else "VARCHAR"])
 
     def _budget(self) -> Result:
@@ -264,5 +264,5 @@ class Settings:
         row = (self.analyst, s.epsilon_spent, s.epsilon_remaining, s.delta_spent, s.delta_remaining,
                s.rho_spent, s.rho_remaining, s.accountant)
         n = len(cols)
-        return Result(cols, ["string"] + ["number"] * 6 + ["string"], [row], "show", [None] * n, [(None,) * n],
+        return Result(cols, ["string"] + ["number"] * 6 + ["string"], [row], ResultKind.SHOW, [None] * n, [(None,) * n],
                       tag="SHOW", db_types=["VARCHAR"] + ["DOUBLE"] * 6 + ["VARCHAR"])

@@ -125,8 +125,8 @@ def _bigint(e: exp.Expression) -> exp.Expression:
 @dataclass(frozen=True, slots=True)
 class Measure:
     """The fields every measure has; use a subclass. The released value is the engine's integer
-    divided by `divisor`. `kind`, `centered` and `squared` describe the class for people and tests;
-    the code asks the class (its methods), never these."""
+    divided by `divisor`. What a measure is, is its class: the code asks it (its methods), never a
+    tag."""
     name: str
     column: str | None         # None: COUNT(*)
     lo: Fraction = Fraction(0)  # per-row bounds in value units (on the scale grid)
@@ -138,9 +138,6 @@ class Measure:
     derived: str | None = None # a row expression's derived range, for EXPLAIN DP
     cast_in_bounds: bool = False  # the scaled cast alone lands in [lo_int, hi_int] (dpsql.rewrite.clip.cast_in_bounds)
 
-    kind: ClassVar[str] = ""
-    centered: ClassVar[bool] = False
-    squared: ClassVar[bool] = False
     scaled_input: ClassVar[bool] = False   # a sum: the rows subquery holds round(x * scale) when scale != 1
 
     @property
@@ -220,7 +217,6 @@ class Count(Measure):
     has its own (COUNT(DISTINCT unit): 1)."""
     cap: int | None = None     # per-unit count clamp instead of max_rows_per_unit
 
-    kind: ClassVar[str] = "count"
 
     def per_group_bound(self, rows_per_unit: int) -> Fraction:
         return Fraction(self.cap if self.cap is not None else rows_per_unit)
@@ -239,7 +235,6 @@ class Count(Measure):
 @dataclass(frozen=True, slots=True)
 class Sum(Measure):
     """SUM(x): each row clamped to [lo, hi]; Linf = m * max(|lo|, |hi|)."""
-    kind: ClassVar[str] = "sum"
     scaled_input: ClassVar[bool] = True
 
     def per_group_bound(self, rows_per_unit: int) -> Fraction:
@@ -253,7 +248,6 @@ class Sum(Measure):
 class CenteredSum(Sum):
     """AVG's (and VARIANCE's) numerator: the sum of 2x - (lo + hi), rows in [lo - hi, hi - lo];
     Linf = m * (hi - lo) / 2 in value units."""
-    centered: ClassVar[bool] = True
 
     @property
     def divisor(self) -> int:
@@ -286,7 +280,6 @@ class CenteredSum(Sum):
 class SquaredSum(Sum):
     """VARIANCE's and STDDEV's sum of squares (2x - (lo + hi))^2, rows in [0, (hi - lo)^2];
     Linf = m * ((hi - lo) / 2)^2 in value units."""
-    squared: ClassVar[bool] = True
 
     @property
     def divisor(self) -> int:
@@ -317,8 +310,6 @@ class SampleAggregate(Measure):
     the block rewrite's (dpsql.rewrite.sample_aggregate)."""
     sample: Any = None         # dpsql.analysis.sample_aggregate.BlockAggregate
 
-    kind: ClassVar[str] = "sample"
-    centered: ClassVar[bool] = True
 
     @property
     def divisor(self) -> int:     # the centered sum of k block values: mean = mid + total / divisor

@@ -23,6 +23,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import sqlglot
@@ -52,9 +53,19 @@ _EXPLAIN = re.compile(r"^\s*EXPLAIN\s+DP\s+(?:\(\s*(SQL|WIDE)\s*\)\s*)?(.*)$", r
 _EXPLAIN_OTHER = re.compile(r"^\s*EXPLAIN\b(.*)$", re.IGNORECASE | re.DOTALL)
 
 
+class StatementKind(StrEnum):
+    """What an analyst statement is (its value is the word the front ends and tests read)."""
+    SET = "set"
+    RESET = "reset"
+    SHOW = "show"
+    EXPLAIN = "explain"
+    QUERY = "query"
+    EMPTY = "empty"
+
+
 @dataclass(frozen=True, slots=True)
 class Statement:
-    kind: str                  # set | reset | show | explain | query | empty
+    kind: StatementKind
     name: str | None = None    # setting name for set/reset/show; explain: its form (facts | sql | wide)
     value: str | None = None   # raw value text for set
     tree: exp.Expression | None = None
@@ -74,22 +85,22 @@ def classify(text: str, params: Sequence[Any] | Mapping[str, Any] | None = None,
         raise SqlSyntaxError(f'unterminated /* comment at or near "{text[open_[0]:open_[0] + 40]}"',
                              position=open_[0] + 1)
     if not bare.rstrip(";").strip():
-        return Statement("empty", text=text)
+        return Statement(StatementKind.EMPTY, text=text)
     if m := _SET.match(bare):
-        return Statement("set", m.group(1).lower(), _unquote(m.group(2)), text=text)
+        return Statement(StatementKind.SET, m.group(1).lower(), _unquote(m.group(2)), text=text)
     if m := _RESET.match(bare):
-        return Statement("reset", m.group(1).lower(), text=text)
+        return Statement(StatementKind.RESET, m.group(1).lower(), text=text)
     if m := _SHOW.match(bare):
-        return Statement("show", m.group(1).lower(), text=text)
+        return Statement(StatementKind.SHOW, m.group(1).lower(), text=text)
     if m := _EXPLAIN.match(blank):
         try:
             inner = classify(text[m.start(2):], params, dialect)
         except SqlSyntaxError as err:    # the position is in the whole text, as PostgreSQL's
             raise SqlSyntaxError(err.reason, err.hint,
                                  position=None if err.position is None else err.position + m.start(2)) from None
-        if inner.kind != "query":
+        if inner.kind is not StatementKind.QUERY:
             raise QueryRejected("EXPLAIN DP of a command", "EXPLAIN DP takes one SELECT query")
-        return Statement("explain", (m.group(1) or "facts").lower(), tree=inner.tree, text=inner.text,
+        return Statement(StatementKind.EXPLAIN, (m.group(1) or "facts").lower(), tree=inner.tree, text=inner.text,
                          params=inner.params)
     if m := _EXPLAIN_OTHER.match(bare):
         raise QueryRejected("EXPLAIN" + (" ANALYZE" if "ANALYZE" in m.group(1).upper() else ""),
@@ -105,7 +116,7 @@ def classify(text: str, params: Sequence[Any] | Mapping[str, Any] | None = None,
         tree = bind_params(tree, params)
     elif any(_is_holder(n) for n in tree.find_all(exp.Placeholder, exp.Parameter)):
         raise QueryRejected("a query parameter", "the query has placeholders but no parameters were given")
-    return Statement("query", tree=tree, text=text, params=repr(params) if params is not None else "")
+    return Statement(StatementKind.QUERY, tree=tree, text=text, params=repr(params) if params is not None else "")
 
 
 def parse_sql(text: str, dialect: str = INPUT_DIALECT) -> exp.Expression:

@@ -35,7 +35,7 @@ from dpsql.frontends.pgwire.workers import Supervisor, WorkerFailed
 from dpsql.frontends.render import caret, render_csv, render_json, render_table
 from dpsql.frontends.script import run_script
 from dpsql.backend import Backend
-from dpsql.result import Result
+from dpsql.result import Result, ResultKind
 from dpsql.session import Session
 from dpsql.starter import database_starter_policy, is_file, starter_policy, table_name
 
@@ -270,7 +270,7 @@ def budget(policy: str | None, fmt: str) -> None:
     rows = [(r.spending.analyst, r.spending.epsilon_spent, r.spending.epsilon_remaining,
              r.spending.delta_spent, r.spending.delta_remaining, r.queries,
              r.spending.rho_spent, r.spending.rho_remaining, r.spending.accountant) for r in report]
-    result = Result(cols, ["string"] + ["number"] * 7 + ["string"], rows, "show", [None] * len(cols),
+    result = Result(cols, ["string"] + ["number"] * 7 + ["string"], rows, ResultKind.SHOW, [None] * len(cols),
                     [(None,) * len(cols) for _ in rows], tag=f"SELECT {len(rows)}")
     _echo_result(result, fmt)
 

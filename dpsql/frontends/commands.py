@@ -31,14 +31,14 @@ from dpsql.frontends.meta import (
     unquote,
 )
 from dpsql.frontends.render import render_expanded, render_table
-from dpsql.result import Result
+from dpsql.result import Result, ResultKind
 from dpsql.session import Session
 
 # -- catalog answers: names, types, the policy's declarations ----------------------------------
 
 def _result(columns: list[str], rows: list[tuple]) -> Result:
     n = len(columns)
-    return Result(columns, ["string"] * n, rows, "show", [None] * n, [(None,) * n for _ in rows],
+    return Result(columns, ["string"] * n, rows, ResultKind.SHOW, [None] * n, [(None,) * n for _ in rows],
                   tag=f"SELECT {len(rows)}", db_types=["VARCHAR"] * n)
 
 

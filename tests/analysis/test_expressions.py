@@ -8,6 +8,7 @@ import datetime
 import pytest
 
 from dpsql.analysis.analyze import Schema, Settings, analyze
+from dpsql.analysis.measures import CenteredSum, Count, SquaredSum
 from dpsql.analysis.parse import classify
 from dpsql.errors import QueryRejected
 from dpsql.policy import load_policy
@@ -108,7 +109,7 @@ def test_sum_and_avg_of_expressions_take_their_derived_range():
     p = plan("SELECT SUM(CASE WHEN state = 'CA' THEN 1 ELSE 0 END), AVG(income / 1000), SUM(score * 2) FROM p")
     s, a, _, t = p.measures[0], p.measures[1], p.measures[2], p.measures[3]
     assert (s.lo, s.hi, s.scale) == (0, 1, 1)
-    assert (a.lo, a.hi) == (0, 500) and a.centered
+    assert (a.lo, a.hi) == (0, 500) and isinstance(a, CenteredSum)
     assert (t.lo, t.hi) == (-20, 20)
     assert p.noise[0].linf == 2 * 1         # max_rows_per_unit x the derived bound
 
@@ -134,9 +135,9 @@ def test_count_distinct_unit_counts_each_unit_once_per_group():
 
 def test_variance_and_stddev():
     p = plan("SELECT VARIANCE(age), STDDEV_POP(income) FROM p")
-    kinds = [(m.kind, m.centered, m.squared) for m in p.measures]
-    assert ("sum", False, True) in kinds and ("sum", True, False) in kinds and ("count", False, False) in kinds
-    sq = next(m for m in p.measures if m.squared and m.column == "age")
+    kinds = {type(m) for m in p.measures}
+    assert {SquaredSum, CenteredSum, Count} <= kinds
+    sq = next(m for m in p.measures if isinstance(m, SquaredSum) and m.column == "age")
     assert p.noise[p.measures.index(sq)].linf == 2 * 60 ** 2          # rows x ((hi - lo) / 2)^2
     assert isinstance(p.outputs[0].expr, Var) and p.outputs[0].expr.sample is True      # VARIANCE is the sample one
     assert p.outputs[1].expr.sample is False and p.outputs[1].expr.root is True       # STDDEV_POP: root, population
