@@ -52,7 +52,7 @@ class Handler:
         reply = self.catalog.answer(sql, _text_params(params)) if self.catalog is not None else None
         if reply is not None:
             if kind is StatementKind.DISCARD and reply.tag == "DISCARD ALL" and self.session is not None:
-                self.session.execute("RESET ALL")      # dpsql.epsilon/delta/mechanism back to the policy's
+                self.session.config.reset_all()     # dpsql.epsilon/delta/mechanism back to the policy's
             cols = [(c.name, c.type_oid, c.type_size, c.type_modifier) for c in reply.columns]
             return Answer(cols, list(reply.rows), reply.tag, text_rows=True)
         session = self.session
