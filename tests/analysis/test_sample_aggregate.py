@@ -7,6 +7,7 @@ from fractions import Fraction
 import pytest
 
 from dpsql.analysis.analyze import Schema, Settings, analyze
+from dpsql.analysis.measures import Count, SampleAggregate, Sum
 from dpsql.analysis.parse import classify
 from dpsql.datagen import demo_policy
 from dpsql.errors import PolicyError, QueryRejected
@@ -60,6 +61,12 @@ def test_unbounded_argument_refused():
         _plan("SELECT CORR(age, visit_id) FROM visits JOIN people USING (person_id)")
 
 
+def _kind(m) -> str:
+    """A measure's family by its class (Sum's subclasses, AVG's and VARIANCE's parts, are sums)."""
+    return "count" if isinstance(m, Count) else "sample" if isinstance(m, SampleAggregate) else \
+        "sum" if isinstance(m, Sum) else type(m).__name__
+
+
 @pytest.mark.parametrize("sql, kinds", [
     ("SELECT COUNT(*), CORR(age, income) FROM people", ["count", "sample"]),
     ("SELECT state, COUNT(*), AVG(income), CORR(age, income) FROM people GROUP BY state",
@@ -74,12 +81,12 @@ def test_mixing_with_other_aggregates_accepted(sql, kinds):
     """Each measure, sample-and-aggregate or not, is one noisy part at an equal share of epsilon;
     nothing else changes (the same L0, the same mechanism)."""
     plan = _plan(sql)
-    assert [m.kind for m in plan.measures] == kinds
+    assert [_kind(m) for m in plan.measures] == kinds
     assert [s.target for s in plan.noise] == [m.name for m in plan.measures]
     assert all(s.epsilon == pytest.approx(1.0 / len(kinds)) and s.mechanism == "laplace" for s in plan.noise)
     assert plan.cost.epsilon == pytest.approx(1.0) and plan.selection is None
     for m, s in zip(plan.measures, plan.noise):
-        if m.kind == "sample":
+        if isinstance(m, SampleAggregate):
             assert s.linf == pytest.approx(float(m.hi - m.lo) / 10) and s.l1 == pytest.approx(plan.l0 * s.linf)
 
 
@@ -89,7 +96,7 @@ def test_mixing_splits_delta_and_selection_once():
     sql = ("SELECT v.visit_date, COUNT(*), CORR(v.cost, p.age), AVG(v.cost) FROM visits v JOIN people p "
            "ON v.person_id = p.person_id GROUP BY v.visit_date")
     plan = analyze(classify(sql).tree, _policy(ALLOW), SCHEMA, Settings(2.0, 1e-6, "gaussian"), "duckdb")
-    assert [m.kind for m in plan.measures] == ["count", "sample", "sum", "count"]
+    assert [_kind(m) for m in plan.measures] == ["count", "sample", "sum", "count"]
     assert plan.selection is not None and plan.selection_noise.epsilon == pytest.approx(2.0 / 5)
     assert all(s.epsilon == pytest.approx(2.0 / 5) and s.delta == pytest.approx(1e-6 / 5) for s in plan.noise)
     assert plan.selection.delta == pytest.approx(1e-6 / 5)
@@ -136,7 +143,7 @@ def test_mixed_rewrite_joins_the_parts_on_the_keys(sql, join):
 def test_corr_range_and_sensitivity():
     plan = _plan("SELECT CORR(age, income) AS c FROM people")
     m, spec = plan.measures[0], plan.noise[0]
-    assert m.kind == "sample" and (m.lo, m.hi) == (-1, 1) and m.sample.blocks == 10
+    assert isinstance(m, SampleAggregate) and (m.lo, m.hi) == (-1, 1) and m.sample.blocks == 10
     assert spec.linf == pytest.approx(0.2) and spec.l1 >= 0.2
     assert plan.outputs[0].expr == Clamp(Ref(m.name), -1.0, 1.0)
 
@@ -210,7 +217,7 @@ def test_arguments_with_non_terminating_derived_ranges_are_rewritten(dialect):
     plan = _plan("SELECT COVAR_POP(age / 3.0, income / 7), REGR_SLOPE(income / 7, age) FROM people", dialect=dialect)
     assert to_sql(plan, dialect)
     upper = Fraction(str(_policy().table("people").column("income").upper)) / 7
-    covar = next(m.sample for m in plan.measures if m.sample is not None and m.sample.function == "covar_pop")
+    covar = next(m.sample for m in plan.measures if isinstance(m, SampleAggregate) and m.sample.function == "covar_pop")
     lo, hi = covar.second_bounds
     assert lo == 0 and upper <= hi <= upper + Fraction(1, 10 ** 6)
     den = hi.denominator
