@@ -90,7 +90,7 @@ def charge(ledger: Ledger, analyst: str, budget, plan: QueryPlan, parts: tuple, 
     """Charge a query its charge_parts in the ledger and return the spending it left. A refusal of a
     query that selects people is audited; BudgetExhausted is raised as refused(err) (what_fits).
     A query that selects people is audited before anything runs: an unaudited answer is never
-    released. audit(event, plan, **fields): Session._audit (dpsql.charge.audit)."""
+    released. audit(event, plan, **fields): dpsql.charge.audit."""
     params, charged, surcharge, subset, rho_q = parts
     b = budget
     try:
@@ -160,9 +160,9 @@ def outlook(charged: Cost, budget, totals, plan_queries: int) -> tuple[str, dict
     return t.accountant or b.accountant, left, plans
 
 
-# -- the reconstruction defence: surcharge, cap, cache, audit (dpsql.analysis.reconstruction, dpsql.guard)
+# -- the reconstruction defence: surcharge, cap, cache, audit (dpsql.analysis.reconstruction, dpsql.ledger.answer_cache)
 def answer_key_of(plan: QueryPlan, engine_name: str) -> str:
-    """The answer cache's key of a plan on an engine (dpsql.guard.answer_key)."""
+    """The answer cache's key of a plan on an engine (dpsql.ledger.answer_cache.answer_key)."""
     # a top-k selection answers the same text differently from the histogram: its own key
     mechanism = plan.mechanism + ("+noisy_max" if plan.topk is not None else "")
     # plan.text is the aggregate query; window functions and SELECT DISTINCT over its rows
@@ -174,7 +174,7 @@ def answer_key_of(plan: QueryPlan, engine_name: str) -> str:
 
 def audit(log: AuditLog, ledger: Ledger, analyst: str, event: str, plan: QueryPlan, *, charged: Cost,
           subset: SubsetCharge | None = None, **fields) -> None:
-    """Write the audit log's entry for a query that selects people by identity (dpsql.guard)."""
+    """Write the audit log's entry for a query that selects people by identity (dpsql.ledger.audit)."""
     p = plan.subset
     if subset is not None:
         state = ledger.subset_state(analyst, subset)

@@ -116,7 +116,7 @@ class Result:
 
 
 def to_cache(r: Result) -> str:
-    """A private Result as the answer cache keeps it (dpsql.guard's codec)."""
+    """A private Result as the answer cache keeps it (dpsql.ledger.answer_cache's codec)."""
     acc = [None if a is None else [a.mechanism, a.noise_scale, a.ci95] for a in r.accuracy]
     return encode({"columns": r.columns, "types": r.types, "db_types": r.db_types, "rows": r.rows,
                    "accuracy": acc, "half_widths": r.half_widths, "tag": r.tag,

@@ -276,7 +276,7 @@ class Session:
                                 "the engine's statement timeout")
         time.sleep(0)
 
-    # -- the reconstruction defence: surcharge, cap, cache, audit (dpsql.analysis.reconstruction, dpsql.guard)
+    # -- the reconstruction defence: surcharge, cap, cache, audit (dpsql.analysis.reconstruction, dpsql.ledger.answer_cache)
     def _answer_key(self, plan: QueryPlan) -> str:
         return charge.answer_key_of(plan, str(getattr(self.engine, "name", type(self.engine).__name__)))
 

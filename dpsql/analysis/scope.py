@@ -34,7 +34,7 @@ def exact_equality(info: ColumnInfo, role: str = "") -> None:
     PostgreSQL's citext type, whose = compares lower-cased text) makes the engine hold 'CA' and
     'ca' equal. GROUP BY then merges them into one group and prints it with the spelling of the
     first row it meets, and that row may be one person's. The release looks each key's text up
-    in the public domain by exact string (session._domain_lookup; partition selection releases
+    in the public domain by exact string (release._domain_lookup; partition selection releases
     the text itself): when the one person who wrote 'ca' is met first, the whole group of 'CA'
     is dropped (released as 0 plus noise) or released under that person's spelling. Either way
     the output reveals that person's row with certainty, at any epsilon: the released key is no

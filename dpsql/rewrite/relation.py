@@ -5,7 +5,7 @@
       [LEFT JOIN (per-unit flag of a semi-join) AS _s1 ON _s1._u = a.unit]   (semi-joins in WHERE)
 
 A per-unit subquery is a derived table with one row per unit, each aggregate clamped to the
-bounds the analysis derived (dpsql.analysis.bind._per_unit), so the bounds hold whatever the
+bounds the analysis derived (dpsql.analysis.per_unit.per_unit_instance), so the bounds hold whatever the
 data: COUNT clamped to [0, R], SUM of exact clamped integers clamped to [R lo, R hi], AVG
 and MIN/MAX of values clamped to [lo, hi]. Its WHERE, like a semi-join's, is evaluated per row
 inside the aggregates (FILTER), never as a filter the engine could decide from statistics.

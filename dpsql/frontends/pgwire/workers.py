@@ -15,7 +15,7 @@ on top:
 - What must hold **over all processes** is shared through the kernel and the disk, never through
   one process's memory:
   - the privacy ledger and the repeat-answer cache: one SQLite file, whose transactions
-    serialise charges from every process (ledger.py; group commit batches within a process);
+    serialise charges from every process (dpsql/ledger/; group commit batches within a process);
   - each analyst's [server] max_concurrent_queries: `SharedQuerySlots` (limits.py), flock(2)
     on files in the supervisor's private runtime directory (mode 0700), which the kernel
     releases when a process dies;
@@ -25,7 +25,7 @@ on top:
     (pid, secret) pair to the supervisor, which passes it to the owner, which checks the secret
     as usual. Nothing is answered to a CancelRequest, as in PostgreSQL, so the routing tells a
     client nothing.
-  - the audit log: one O_APPEND write per line from any process (guard.AuditLog).
+  - the audit log: one O_APPEND write per line from any process (dpsql.ledger.audit.AuditLog).
 
 Messages on a worker's socket pair (SOCK_SEQPACKET: each send is one message):
   supervisor -> worker: b"A" with one descriptor (a new client), b"C" + pid + secret (a cancel);
