@@ -51,7 +51,7 @@ def charge_of(plan: QueryPlan, policy: Policy, mechs, sel) -> tuple[Cost, float,
 
 def rho_of(plan: QueryPlan, mechs, sel) -> tuple[Fraction, float]:
     """The plan's zCDP cost before surcharge and floor: the exact rho of its mechanisms
-    (dpsql.accounting claims 1-3), and partition selection's delta."""
+    (dpsql.ledger.accounting claims 1-3), and partition selection's delta."""
     rho = sum((m.rho for m in mechs.values()), Fraction(0))
     if plan.auto is not None:       # the bound choice: eps_svt-DP, so eps_svt^2/2-zCDP
         rho += plan.auto.rho
