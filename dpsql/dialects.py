@@ -9,9 +9,25 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
+
+
+def data_type(name: str, dialect: str | None = None) -> exp.DataType:
+    """exp.DataType.build(name, dialect=dialect), the same tree, without parsing the name again:
+    sqlglot parses a type name on every build, so the first build of each (name, dialect) is kept
+    and every call returns a fresh copy of it (the caller may attach or change it). An unreadable
+    name raises as build raises (a failed build is not kept)."""
+    if not isinstance(name, str):
+        return exp.DataType.build(name, dialect=dialect)
+    return _built_type(name, dialect).copy()
+
+
+@lru_cache(maxsize=256)
+def _built_type(name: str, dialect: str | None) -> exp.DataType:
+    return exp.DataType.build(name, dialect=dialect)
 
 
 def read_type(name: str) -> exp.DataType | None:
@@ -236,7 +252,7 @@ class EngineDialect:
 
     def wide(self, value: int) -> exp.Expression:
         """An integer literal in the engine's widest exact integer type."""
-        return exp.Cast(this=exp.Literal.number(value), to=exp.DataType.build(self.wide_int, dialect=self.name))
+        return exp.Cast(this=exp.Literal.number(value), to=data_type(self.wide_int, self.name))
 
 
 DIALECTS: dict[str, EngineDialect] = {

@@ -15,7 +15,7 @@ from sqlglot import exp
 
 from dpsql.analysis.derived import MAX_DOMAIN, Derived, literal_number, literal_whole, operand, with_domain
 from dpsql.analysis.sql import clamp, number
-from dpsql.dialects import EngineDialect
+from dpsql.dialects import EngineDialect, data_type
 from dpsql.errors import QueryRejected
 
 _INT_LIMIT = Fraction(2) ** 53    # BIGINT arithmetic stays exact and far from overflow below this
@@ -49,7 +49,7 @@ class Arithmetic:
         """A part in the operation's type: as it is when whole, else in the dialect's real type."""
         if integral or d.sql_type == self.dialect.real:
             return operand(d.sql)
-        return exp.Cast(this=d.sql, to=exp.DataType.build(self.dialect.real))
+        return exp.Cast(this=d.sql, to=data_type(self.dialect.real))
 
     def result(self, sql: exp.Expression, lo: Fraction, hi: Fraction, integral: bool, *parts: Derived) -> Derived:
         """The result of an operation on derived parts: checked to stay where no engine overflows."""
@@ -184,7 +184,7 @@ class Arithmetic:
             return self.result(sql, lo, hi, False, a)
         # to whole numbers: a BIGINT (the value is whole and within the checked range, so the cast
         # is exact and total), so the key prints alike on every engine and its domain is public
-        out = self.result(exp.Cast(this=sql, to=exp.DataType.build("BIGINT")), lo, hi, True, a)
+        out = self.result(exp.Cast(this=sql, to=data_type("BIGINT")), lo, hi, True, a)
         if hi - lo < MAX_DOMAIN:
             out = with_domain(out, set(range(int(lo), int(hi) + 1)))
         return out
@@ -212,7 +212,7 @@ class Arithmetic:
         self.result(exp.Null(), a.lo * 10 ** n, a.hi * 10 ** n, False, a)     # y's range
         if self.dialect.real != "DOUBLE":       # exact numeric (PostgreSQL): its ROUND is the rule itself
             return exp.Round(this=x, decimals=exp.Literal.number(n)) if n else exp.Round(this=x)
-        nudge = exp.Cast(this=exp.Literal.number(repr(1 + 2 ** -50)), to=exp.DataType.build(self.dialect.real))
+        nudge = exp.Cast(this=exp.Literal.number(repr(1 + 2 ** -50)), to=data_type(self.dialect.real))
         nudged = exp.Mul(this=exp.Abs(this=y.copy()), expression=nudge)
         away = exp.Mul(this=exp.Sign(this=y.copy()),
                        expression=exp.Floor(this=exp.Add(this=nudged, expression=number(Fraction(1, 2)))))
@@ -248,6 +248,6 @@ class Arithmetic:
                               exp.If(this=exp.GTE(this=x.copy(), expression=number(hi)),
                                      true=number(n + 1))],
                          default=exp.Add(this=exp.Floor(this=offset), expression=number(1)))
-        sql = exp.Cast(this=clamp(inner, Fraction(b_lo), Fraction(b_hi)), to=exp.DataType.build("BIGINT"))
+        sql = exp.Cast(this=clamp(inner, Fraction(b_lo), Fraction(b_hi)), to=data_type("BIGINT"))
         out = self.result(sql, Fraction(b_lo), Fraction(b_hi), True, a)
         return with_domain(out, {Fraction(v) for v in range(b_lo, b_hi + 1)})

@@ -14,7 +14,7 @@ from sqlglot import exp
 from dpsql.analysis.arithmetic import Arithmetic
 from dpsql.analysis.derived import MAX_DOMAIN, Derived, with_domain
 from dpsql.analysis.sqltypes import date_bounds_problem, zoned
-from dpsql.dialects import EngineDialect
+from dpsql.dialects import EngineDialect, data_type
 from dpsql.errors import QueryRejected
 
 
@@ -75,9 +75,9 @@ class DateFunctions:
         elif name == "day":
             sql = d.sql
         else:
-            ts = exp.Cast(this=d.sql, to=exp.DataType.build("TIMESTAMP"))
+            ts = exp.Cast(this=d.sql, to=data_type("TIMESTAMP"))
             sql = exp.Cast(this=exp.TimestampTrunc(this=ts, unit=exp.var(name.upper())),
-                           to=exp.DataType.build("DATE"))
+                           to=data_type("DATE"))
         domain = None
         values, v = [], lo
         while v <= hi and len(values) <= MAX_DOMAIN and (not values or v > values[-1]):
@@ -107,7 +107,7 @@ class DateFunctions:
         sql: exp.Expression = exp.Extract(this=exp.var(part), expression=d.sql)
         if field == "dow" and self.dialect.dow_first:
             sql = exp.Sub(this=sql, expression=exp.Literal.number(self.dialect.dow_first))
-        sql = exp.Cast(this=sql, to=exp.DataType.build("BIGINT"))
+        sql = exp.Cast(this=sql, to=data_type("BIGINT"))
         lo, hi = (v.date() if isinstance(v, _dt.datetime) else v for v in d.span)
         if field in _TIME_FIELDS:
             values = set(range(*_FIELD_RANGE[field]))
@@ -183,8 +183,8 @@ def clamp_date(value: exp.Expression, lo: _dt.date, hi: _dt.date) -> exp.Express
     TIMESTAMPs, compared as dpsql.analysis.predicates admits a TIMESTAMP column with a literal."""
     def lit(v: _dt.date) -> exp.Expression:
         if isinstance(v, _dt.datetime):
-            return exp.Cast(this=exp.Literal.string(v.isoformat(sep=" ")), to=exp.DataType.build("TIMESTAMP"))
-        return exp.Cast(this=exp.Literal.string(v.isoformat()), to=exp.DataType.build("DATE"))
+            return exp.Cast(this=exp.Literal.string(v.isoformat(sep=" ")), to=data_type("TIMESTAMP"))
+        return exp.Cast(this=exp.Literal.string(v.isoformat()), to=data_type("DATE"))
     return exp.Case(ifs=[exp.If(this=exp.LT(this=value.copy(), expression=lit(lo)), true=lit(lo)),
                          exp.If(this=exp.GT(this=value.copy(), expression=lit(hi)), true=lit(hi))],
                     default=value.copy())

@@ -40,7 +40,7 @@ from dpsql.analysis.relation import ColRef, ColumnInfo
 from dpsql.analysis.sql import clamp, number
 from dpsql.analysis.sqltypes import NUMERIC, date_bounds_problem, family, float_type
 from dpsql.analysis.subset import CMP
-from dpsql.dialects import EngineDialect
+from dpsql.dialects import EngineDialect, data_type
 from dpsql.errors import QueryRejected
 
 
@@ -76,7 +76,7 @@ class Expressions:
             # that reach it only (an error oracle); |lit| < 10^18 fits BIGINT, and the real type
             whole = literal_whole(node)
             sql_type = "BIGINT" if whole else self.dialect.real
-            return Derived(exp.Cast(this=number(lit), to=exp.DataType.build(sql_type)), "num", sql_type,
+            return Derived(exp.Cast(this=number(lit), to=data_type(sql_type)), "num", sql_type,
                            lit, lit, whole, (lit,))
         if isinstance(node, exp.Literal) and node.is_string:
             return Derived(node.copy(), "text", "VARCHAR", domain=(node.this,))
@@ -144,7 +144,7 @@ class Expressions:
             whole = fam == "int" and info.whole_bounds
             clamped = clamp(col, lo, hi)
             real = self.dialect.real
-            sql = exp.Cast(this=clamped, to=exp.DataType.build("BIGINT" if whole else real))
+            sql = exp.Cast(this=clamped, to=data_type("BIGINT" if whole else real))
             return Derived(sql, "num", "BIGINT" if whole else real, lo, hi, whole, refs=frozenset({ref}),
                            column=(ref, info), floating=float_type(info.sql_type))
         kind = {"text": "text", "bool": "bool", "date": "date", "timestamp": "timestamp"}.get(fam, "other")
@@ -168,7 +168,7 @@ class Expressions:
             # range, date_bounds_problem). The clamped value lies in years 1-9999 and is cast to
             # TIMESTAMP (microseconds): from TIMESTAMP_S/_MS/_NS or timestamp(p) that conversion
             # is total there, so the functions after it meet one type on every engine.
-            sql = exp.Cast(this=clamp_date(col, lo, hi), to=exp.DataType.build("TIMESTAMP"))
+            sql = exp.Cast(this=clamp_date(col, lo, hi), to=data_type("TIMESTAMP"))
             return Derived(sql, "timestamp", "TIMESTAMP", refs=frozenset({ref}), column=(ref, info), span=(lo, hi))
         domain = info.domain
         if kind == "bool":

@@ -12,7 +12,7 @@ from sqlglot import exp
 
 from dpsql.analysis.sqltypes import family, nanosecond
 from dpsql.analysis.subset import refuse_expression
-from dpsql.dialects import EngineDialect
+from dpsql.dialects import EngineDialect, data_type
 from dpsql.errors import QueryRejected
 
 LITERAL_LIMIT = 1e18
@@ -35,7 +35,7 @@ def date_text(node: exp.Expression, column_type: str) -> exp.Expression:
     if DATE_TEXT.fullmatch(text):
         try:
             _dt.date.fromisoformat(text)
-            return exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build("DATE"))
+            return exp.Cast(this=exp.Literal.string(text), to=data_type("DATE"))
         except ValueError:
             pass
     kind = "DATE" if family(column_type) == "date" else "TIMESTAMP"
@@ -66,7 +66,7 @@ def literal_sql(node: exp.Expression, column_type: str | None, dialect: EngineDi
                 # subnormal or 0), and double precision holds it: the column then meets a
                 # double precision constant, and widening a real to it is total.
                 value = -float(lit.this) if isinstance(node, exp.Neg) else float(lit.this)
-                return exp.Cast(this=exp.Literal.number(repr(value)), to=exp.DataType.build("DOUBLE"))
+                return exp.Cast(this=exp.Literal.number(repr(value)), to=data_type("DOUBLE"))
             return node.copy()
         integral = re.fullmatch(r"\d+", lit.this) is not None
         # An integer column meets an integral literal in a common integer type, except that no
@@ -77,7 +77,7 @@ def literal_sql(node: exp.Expression, column_type: str | None, dialect: EngineDi
             and column_type.strip().lower().startswith("u")
         if not (integral and column_type is not None and family(column_type) == "int") or unsigned_negative:
             value = -float(lit.this) if isinstance(node, exp.Neg) else float(lit.this)
-            return exp.Cast(this=exp.Literal.number(repr(value)), to=exp.DataType.build("DOUBLE"))
+            return exp.Cast(this=exp.Literal.number(repr(value)), to=data_type("DOUBLE"))
     if (dialect.ntz_timestamp_literals and isinstance(node, exp.Cast)
             and isinstance(node.this, exp.Literal) and node.to.this in _TIMESTAMPS):
         # A TIMESTAMP literal (Spark: in the session's time zone) meeting a TIMESTAMP_NTZ column
@@ -85,7 +85,7 @@ def literal_sql(node: exp.Expression, column_type: str | None, dialect: EngineDi
         # on its largest values. Written as TIMESTAMP_NTZ, the literal meets an NTZ column as it
         # is, and a TIMESTAMP column by its own conversion to TIMESTAMP in the session's zone,
         # which is what the TIMESTAMP literal meant (a constant of years 1-9999: in range).
-        return exp.Cast(this=node.this.copy(), to=exp.DataType.build("TIMESTAMPNTZ"))
+        return exp.Cast(this=node.this.copy(), to=data_type("TIMESTAMPNTZ"))
     if (isinstance(node, exp.Cast) and column_type is not None and family(column_type) == "timestamp"
             and nanosecond(column_type) and isinstance(node.this, exp.Literal)):
         year = int(node.this.this[:4])

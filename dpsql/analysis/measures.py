@@ -49,7 +49,7 @@ from sqlglot import exp
 
 from dpsql.analysis import sensitivity as sens
 from dpsql.analysis.sql import clamp
-from dpsql.dialects import EngineDialect
+from dpsql.dialects import EngineDialect, data_type
 from dpsql.errors import InternalError
 
 
@@ -119,7 +119,7 @@ def fits_int8(*values: int) -> bool:
 
 
 def _bigint(e: exp.Expression) -> exp.Expression:
-    return exp.Cast(this=e, to=exp.DataType.build("BIGINT"))
+    return exp.Cast(this=e, to=data_type("BIGINT"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +197,7 @@ class Measure:
         lo, hi = min(0, lo * rows_per_unit), max(0, hi * rows_per_unit)
         bounded = clamp(exp.column(self.name), lo, hi)
         if d.cast_sum:
-            bounded = exp.Cast(this=bounded, to=exp.DataType.build(d.wide_int, dialect=d.name))
+            bounded = exp.Cast(this=bounded, to=data_type(d.wide_int, dialect=d.name))
         elif d.narrow_sums and fits_int8(lo, hi):
             # the clamped contribution is an integer in int8's range: the cast cannot fail, and the
             # SUM across units accumulates in the engine's cheap wide integer
@@ -298,7 +298,7 @@ class SquaredSum(Sum):
     def row_aggregate(self, d: EngineDialect) -> exp.Expression:
         # (2x - (lo + hi))^2 in the wide type: at most (hi - lo)^2 <= 4e34 < 1e38
         value = self._clamped_input()
-        t = exp.Sub(this=exp.Mul(this=d.wide(2), expression=exp.Cast(this=value, to=exp.DataType.build(
+        t = exp.Sub(this=exp.Mul(this=d.wide(2), expression=exp.Cast(this=value, to=data_type(
             d.wide_int, dialect=d.name))), expression=d.wide(self.lo_int + self.hi_int))
         return exp.Sum(this=exp.Mul(this=exp.Paren(this=t), expression=exp.Paren(this=t.copy())))
 

@@ -19,7 +19,7 @@ from dpsql.analysis.literals import compatible, date_text, literal_sql, literal_
 from dpsql.analysis.relation import ColRef, ColumnInfo
 from dpsql.analysis.sqltypes import NUMERIC, family, same_type
 from dpsql.analysis.subset import CMP, DATE_FUNCTIONS, only_args, refuse_expression
-from dpsql.dialects import EngineDialect
+from dpsql.dialects import EngineDialect, data_type
 from dpsql.errors import QueryRejected
 
 MAX_PATTERN = 1000
@@ -223,7 +223,7 @@ class Predicates:
             col = self.column_sql(node)
             if column_type and column_type.startswith("cast:") and \
                     family(self.resolve(node, "WHERE")[1].sql_type) in NUMERIC:
-                return exp.Cast(this=col, to=exp.DataType.build(column_type[5:]))
+                return exp.Cast(this=col, to=data_type(column_type[5:]))
             return col
         return literal_sql(node, column_type, self.dialect)
 

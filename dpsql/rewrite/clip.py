@@ -17,7 +17,7 @@ from fractions import Fraction
 from sqlglot import exp
 
 from dpsql.analysis.sql import clamp, number
-from dpsql.dialects import EngineDialect
+from dpsql.dialects import EngineDialect, data_type
 
 __all__ = ["clamp", "number", "scaled_cast", "scaled_value"]
 
@@ -43,5 +43,5 @@ def scaled_cast(value: exp.Expression, lo: Fraction, hi: Fraction, scale: int, d
     v = exp.Mul(this=v, expression=exp.Literal.number(scale))
     if d.round_before_bigint:       # Spark's CAST truncates; ROUND rounds half away from zero, as DuckDB's CAST
         v = exp.Round(this=v)
-    return exp.Cast(this=v, to=exp.DataType.build("BIGINT"))
+    return exp.Cast(this=v, to=data_type("BIGINT"))
 

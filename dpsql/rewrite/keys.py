@@ -13,11 +13,11 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.analysis.plan import QueryPlan
-from dpsql.dialects import EngineDialect
+from dpsql.dialects import EngineDialect, data_type
 
 
 def key_text(i: int, value: exp.Expression) -> exp.Expression:
-    return exp.alias_(exp.Cast(this=value, to=exp.DataType.build("TEXT")), f"_k{i}", copy=False)
+    return exp.alias_(exp.Cast(this=value, to=data_type("TEXT")), f"_k{i}", copy=False)
 
 
 def keys_as_text(tree: exp.Select, plan: QueryPlan, d: EngineDialect) -> exp.Select:

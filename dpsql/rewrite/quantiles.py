@@ -41,7 +41,7 @@ from sqlglot import exp
 
 from dpsql.analysis.plan import QueryPlan
 from dpsql.analysis.sql import clamp, number
-from dpsql.dialects import EngineDialect
+from dpsql.dialects import EngineDialect, data_type
 from dpsql.rewrite.group_choice import salted_hash, unit_keys_hash, unit_type
 from dpsql.rewrite.keys import key_text
 from dpsql.rewrite.per_unit import hit
@@ -64,7 +64,7 @@ def histograms(plan: QueryPlan) -> dict[str, object]:
 
 
 def _real(d: EngineDialect) -> exp.DataType:
-    return exp.DataType.build(d.real, dialect=d.name)
+    return data_type(d.real, dialect=d.name)
 
 
 def bin_expression(q, d: EngineDialect) -> exp.Expression:
@@ -75,7 +75,7 @@ def bin_expression(q, d: EngineDialect) -> exp.Expression:
     width = exp.Cast(this=number(q.hi - q.lo), to=_real(d))
     frac = exp.Div(this=exp.Paren(this=exp.Sub(this=v, expression=lo)), expression=width)
     scaled = exp.Mul(this=frac, expression=exp.Literal.number(q.bins))
-    return exp.Cast(this=exp.Floor(this=scaled), to=exp.DataType.build("BIGINT"))
+    return exp.Cast(this=exp.Floor(this=scaled), to=data_type("BIGINT"))
 
 
 def top_bin(raw: exp.Expression, bins: int) -> exp.Expression:
@@ -85,7 +85,7 @@ def top_bin(raw: exp.Expression, bins: int) -> exp.Expression:
 
 
 def _count_text(d: EngineDialect, b: exp.Expression, c: exp.Expression) -> exp.Expression:
-    text = lambda e: exp.Cast(this=e, to=exp.DataType.build("TEXT"))
+    text = lambda e: exp.Cast(this=e, to=data_type("TEXT"))
     item = exp.DPipe(this=exp.DPipe(this=text(b), expression=exp.Literal.string(":")), expression=text(c))
     return d.concat_texts(item)
 
@@ -130,7 +130,7 @@ def histogram_select(plan: QueryPlan, q, d: EngineDialect) -> exp.Select:
     else:
         source, total, where = subquery(per_bin, "_per_bin"), exp.Sum(this=n.copy()), []
     per_group_bin = exp.Select(expressions=[*[k.copy() for k in keys], b.copy(),
-                                            exp.alias_(exp.Cast(this=total, to=exp.DataType.build("BIGINT")),
+                                            exp.alias_(exp.Cast(this=total, to=data_type("BIGINT")),
                                                        "_c", copy=False)],
                                from_=exp.From(this=source),
                                group=exp.Group(expressions=[*[k.copy() for k in keys], b.copy()]))

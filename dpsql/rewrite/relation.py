@@ -12,10 +12,12 @@ inside the aggregates (FILTER), never as a filter the engine could decide from s
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from sqlglot import exp
 
 from dpsql.analysis.relation import PER_UNIT_HITS, Instance, PerUnit, Relation, SemiJoin
-from dpsql.dialects import EngineDialect
+from dpsql.dialects import EngineDialect, data_type
 from dpsql.rewrite.clip import clamp, number, scaled_value
 from dpsql.rewrite.like import linear_like
 
@@ -34,9 +36,15 @@ def table(inst: Instance, d: EngineDialect) -> exp.Expression:
             t.set("db", exp.to_identifier("main"))
             t.set("catalog", exp.to_identifier(d.path_catalog))
     else:
-        t = exp.to_table(inst.ref)
+        t = _table_named(inst.ref).copy()
     t.set("alias", alias)
     return t
+
+
+@lru_cache(maxsize=256)
+def _table_named(ref: str) -> exp.Table:
+    """exp.to_table(ref), parsed once per name: callers take a copy, never this tree itself."""
+    return exp.to_table(ref)
 
 
 def is_path(source: str) -> bool:
@@ -126,11 +134,11 @@ def per_unit_select(pu: PerUnit, d: EngineDialect) -> exp.Select:
             if a.kind == "sum":
                 total = clamp(total, lo * a.scale, hi * a.scale)
                 value = total if a.scale == 1 else exp.Div(       # typed: a plain `/` (see expressions)
-                    this=exp.Cast(this=total, to=exp.DataType.build("DOUBLE")), expression=number(a.scale),
+                    this=exp.Cast(this=total, to=data_type("DOUBLE")), expression=number(a.scale),
                     typed=True)
             else:       # a quotient of two exact integers; NULLIF keeps a unit with no values total
                 n = exp.Nullif(this=filtered(exp.Count(this=a.input.copy()), cond), expression=exp.Literal.number(0))
-                value = exp.Div(this=exp.Cast(this=total, to=exp.DataType.build("DOUBLE")),
+                value = exp.Div(this=exp.Cast(this=total, to=data_type("DOUBLE")),
                                 expression=exp.Mul(this=n, expression=number(a.scale)), typed=True)
         else:
             agg = exp.Min if a.kind == "min" else exp.Max

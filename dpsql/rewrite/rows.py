@@ -29,7 +29,7 @@ import datetime as _dt
 from sqlglot import exp
 
 from dpsql.analysis.plan import QueryPlan
-from dpsql.dialects import EngineDialect
+from dpsql.dialects import EngineDialect, data_type
 from dpsql.rewrite import relation as fr
 from dpsql.rewrite.clip import number, scaled_cast
 
@@ -84,7 +84,7 @@ def domain_filters(plan: QueryPlan, *, names: bool = False) -> list[exp.Expressi
     for k in plan.keys:
         if k.domain is not None and k.domain_source is None and k.derived is None:
             items = [exp.Literal.string(v) if isinstance(v, str) else exp.Boolean(this=v) if isinstance(v, bool)
-                     else exp.Cast(this=exp.Literal.string(v.isoformat()), to=exp.DataType.build("DATE"))
+                     else exp.Cast(this=exp.Literal.string(v.isoformat()), to=data_type("DATE"))
                      if isinstance(v, _dt.date) else number(v) for v in k.domain if v is not None]
             out.append(exp.In(this=exp.column(k.name) if names else k.expr.copy(), expressions=items))
     return out

@@ -35,7 +35,7 @@ from sqlglot import exp
 
 from dpsql.analysis.measures import SampleAggregate
 from dpsql.analysis.plan import QueryPlan
-from dpsql.dialects import EngineDialect
+from dpsql.dialects import EngineDialect, data_type
 from dpsql.rewrite import relation as fr
 from dpsql.rewrite.clip import clamp, scaled_value
 from dpsql.rewrite.group_choice import salted_hash, unit_keys_hash, unit_type
@@ -54,8 +54,8 @@ def applies(plan: QueryPlan) -> bool:
 def _double(value: exp.Expression, lo, hi, d: EngineDialect) -> exp.Expression:
     v = clamp(value, lo, hi)
     if d.real == "NUMERIC":
-        v = exp.Round(this=exp.Cast(this=v, to=exp.DataType.build("NUMERIC")), decimals=exp.Literal.number(15))
-    return exp.Cast(this=v, to=exp.DataType.build("DOUBLE", dialect=d.name))
+        v = exp.Round(this=exp.Cast(this=v, to=data_type("NUMERIC")), decimals=exp.Literal.number(15))
+    return exp.Cast(this=v, to=data_type("DOUBLE", dialect=d.name))
 
 
 def sample_aggregate(plan: QueryPlan, d: EngineDialect) -> exp.Select:
@@ -107,7 +107,7 @@ def sample_aggregate(plan: QueryPlan, d: EngineDialect) -> exp.Select:
     tree = exp.Select(expressions=ranked, from_=exp.From(this=subquery(tree, "_rows")))
     # 3. one row per (group, block): the engine aggregate over the block's rows
     blocks = [col(k_) for k_ in keys] + [col("_blk")]
-    nan = exp.Cast(this=exp.Literal.string("NaN"), to=exp.DataType.build("DOUBLE", dialect=d.name))
+    nan = exp.Cast(this=exp.Literal.string("NaN"), to=data_type("DOUBLE", dialect=d.name))
     for i, m in enumerate(measures):
         agg = _AGG[m.sample.function](this=col(f"_a{i}"), expression=col(f"_b{i}"))
         blocks.append(exp.alias_(exp.Nullif(this=fr.filtered(agg, measure_condition(plan, m)), expression=nan.copy()),
@@ -125,7 +125,7 @@ def sample_aggregate(plan: QueryPlan, d: EngineDialect) -> exp.Select:
     for i, m in enumerate(measures):
         c = scaled_value(col(f"_r{i}"), m.lo, m.hi, m.scale, d)
         centered = exp.Sub(this=exp.Mul(this=d.wide(2), expression=exp.Cast(
-            this=c, to=exp.DataType.build(d.wide_int, dialect=d.name))), expression=d.wide(m.lo_int + m.hi_int))
+            this=c, to=data_type(d.wide_int, dialect=d.name))), expression=d.wide(m.lo_int + m.hi_int))
         out.append(exp.alias_(exp.Sum(this=centered), m.name, copy=False))
     if plan.selection is not None:
         out.append(exp.alias_(exp.Sum(this=col("_n")), "_units", copy=False))
