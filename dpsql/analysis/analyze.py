@@ -109,7 +109,9 @@ def analyze(tree: exp.Expression, policy: Policy, schema: Schema, settings: Sett
     domains: reads a public table column's distinct values (the Session's engine), for GROUP BY
     keys that are public-table columns."""
     _refuse_statement_kind(tree)
-    tree = fold_numbers(fold_dates(qualified_names(tree, policy, schema)))
+    # qualified_names returns a copy (the statement's tree is never changed: a plan may be made
+    # again from it), which the folding then changes in place
+    tree = fold_numbers(fold_dates(qualified_names(tree, policy, schema), copy=False))
     window = None
     whole = tree
     distinct_only = not windows.has_windows(tree) and windows.distinct_over_groups(tree)

@@ -74,6 +74,13 @@ class Budget:
                                 "demand (the policy's max_quantile_work)",
                                 "group by fewer or narrower keys, or ask for fewer quantiles")
 
+    def _text(self) -> str:
+        """The query as analysed, in PostgreSQL's SQL without comments (the plan's text). Without
+        sqlglot's defensive copy (the generator may change the tree it writes): self.original is
+        this analysis's own tree (analyze's copy of the statement's), read by nothing after this,
+        and the text of a tree is the text of its copy."""
+        return self.original.sql("postgres", comments=False, copy=False)
+
     # -- finish: split the budget, sensitivities, selection
     def _finish(self, outputs, where, having, order, limit, offset, wraps) -> QueryPlan:
         s, rel = self.settings, self.rel
@@ -129,7 +136,7 @@ class Budget:
         if subset_where is not None:
             subset_where = _canonical_names(subset_where, rel)
         return QueryPlan(
-            text=self.original.sql("postgres", comments=False), table=table, table_ref=first.ref or table.name,
+            text=self._text(), table=table, table_ref=first.ref or table.name,
             bounded=bounded, l0=l0, keys=tuple(self.keys), measures=measures, noise=tuple(noise),
             selection=selection, selection_noise=sel_noise, outputs=tuple(outputs), where=where,
             having=having, order=order, limit=limit, offset=offset, cost=cost, mechanism=s.mechanism,
@@ -156,7 +163,7 @@ def _canonical_names(where: exp.Expression, rel: Relation) -> exp.Expression:
         if isinstance(node, exp.Column) and node.table in tables:
             return exp.column(node.name) if single else exp.column(node.name, table=tables[node.table])
         return node
-    return where.copy().transform(rename)
+    return where.transform(rename)      # (a copy: transform copies)
 
 
 

@@ -10,6 +10,7 @@ from fractions import Fraction
 from sqlglot import exp
 
 from dpsql.analysis.literals import DATE_TEXT, NUMBER
+from dpsql.dialects import data_type
 from dpsql.errors import QueryRejected
 
 _INTERVAL_PART = re.compile(r"\s*([+-]?\d{1,6})\s*(years?|months?|mons?|weeks?|days?)\s*", re.IGNORECASE)
@@ -70,7 +71,7 @@ def shift_date(day: _dt.date, months: int, days: int) -> _dt.date:
     return _dt.date(year, month + 1, min(day.day, last)) + _dt.timedelta(days=days)
 
 
-def fold_dates(tree: exp.Expression) -> exp.Expression:
+def fold_dates(tree: exp.Expression, copy: bool = True) -> exp.Expression:
     """Constant date arithmetic (`DATE '1998-12-01' - INTERVAL '90' DAY`, `DATE '1994-01-01' +
     INTERVAL '1' YEAR`, TPC-H's form), folded at analysis time to the DATE literal it makes.
 
@@ -81,7 +82,8 @@ def fold_dates(tree: exp.Expression) -> exp.Expression:
     so folding it releases nothing; the literal it leaves is then checked like any DATE literal
     the analyst could have written (predicates: a real date, compared at its column's type, total
     on every row). What is not folded (a time of day, a column in the arithmetic, a result outside
-    years 1-9999) is refused here, naming the accepted form."""
+    years 1-9999) is refused here, naming the accepted form. copy=False folds `tree` in place (a
+    tree its caller owns and reads no more as it was)."""
     def fold(node: exp.Expression) -> exp.Expression:
         if not isinstance(node, (exp.Add, exp.Sub)):
             return node
@@ -111,7 +113,7 @@ def fold_dates(tree: exp.Expression) -> exp.Expression:
         except (OverflowError, ValueError):
             raise QueryRejected(f"the date arithmetic {node.sql('postgres')}",
                                 "its result is outside the years 1 to 9999") from None
-        return exp.Cast(this=exp.Literal.string(out.isoformat()), to=exp.DataType.build("DATE"))
+        return exp.Cast(this=exp.Literal.string(out.isoformat()), to=data_type("DATE"))
 
     def visit(node: exp.Expression) -> exp.Expression:
         if isinstance(node, (exp.Add, exp.Sub)) and any(isinstance(a, exp.Interval) or _date_constant(a) is not None
@@ -120,7 +122,7 @@ def fold_dates(tree: exp.Expression) -> exp.Expression:
             folded = fold(node)
             return folded
         return node
-    return tree.transform(visit)
+    return tree.transform(visit, copy=copy)
 
 
 def fold_numbers(tree: exp.Expression) -> exp.Expression:

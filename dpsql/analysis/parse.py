@@ -32,6 +32,7 @@ from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import ParseError, TokenError
 
 from dpsql.analysis.suggest import keyword_hint
+from dpsql.dialects import data_type
 from dpsql.errors import QueryRejected, SqlSyntaxError
 from dpsql.sqltext import blank_comments, code_spans, strip_comments, unterminated
 
@@ -123,9 +124,11 @@ def parse_sql(text: str, dialect: str = INPUT_DIALECT) -> exp.Expression:
     """One statement, read strictly; a syntax error says what PostgreSQL would say (`syntax error
     at or near "X"`) with X's 1-based position in `text`, and never sqlglot's own wording."""
     try:
+        tokens = None
         if dialect == INPUT_DIALECT:
-            _strict(text)
-        trees = [t for t in sqlglot.parse(text, read=dialect) if t is not None]
+            tokens = _tokens(text)
+            _strict(text, tokens)
+        trees = [t for t in _parse(text, dialect, tokens) if t is not None]
     except SqlSyntaxError:
         raise
     except (ParseError, TokenError) as err:
@@ -146,6 +149,16 @@ _STARTS = frozenset(["SELECT", "WITH", "L_PAREN", "VALUES", "TABLE"])
 # Words that begin a PostgreSQL statement (refused or handled elsewhere, never a syntax error here).
 _STATEMENT_WORDS = _COMMANDS | {"SELECT", "WITH", "VALUES", "TABLE", "SHOW", "SET", "RESET", "EXPLAIN", "SAVEPOINT",
                                 "RELEASE", "SUMMARIZE", "PIVOT", "UNPIVOT"}
+
+
+def _parse(text: str, dialect: str, tokens: list | None) -> list:
+    """sqlglot.parse(text, read=dialect), from the tokens _strict read when there are any: that is
+    what sqlglot.parse does (the dialect's parser over the dialect's tokens of the text), without
+    tokenizing the text a second time. No tokens (none read, or the text did not tokenize): sqlglot
+    reads the text itself, and raises what it raises."""
+    if not tokens:
+        return sqlglot.parse(text, read=dialect)
+    return Postgres().parser().parse(tokens, text)
 
 
 def _tokens(text: str) -> list:
@@ -214,10 +227,10 @@ def _syntax_error(text: str, err: Exception | None) -> SqlSyntaxError:
     return _near(text, tokens[idx])
 
 
-def _strict(text: str) -> None:
+def _strict(text: str, tokens: list) -> None:
     """Refuse what sqlglot reads but PostgreSQL rejects (see the module docstring), naming the
-    token and its position as PostgreSQL does: `syntax error at or near "GROUP"`."""
-    tokens = _tokens(text)
+    token and its position as PostgreSQL does: `syntax error at or near "GROUP"`. `tokens`:
+    _tokens(text)."""
     if tokens and tokens[0].token_type.name not in _STARTS and tokens[0].text.upper() not in _STATEMENT_WORDS \
             and (tokens[0].token_type.name == "VAR" or tokens[0].token_type.name in _CLAUSE_AFTER_COMMA):
         raise _near(text, tokens[0])        # 'SELEC ...', 'FROM t SELECT ...': no statement PostgreSQL knows
@@ -327,9 +340,9 @@ def literal(value: Any) -> exp.Expression:
     if isinstance(value, str):
         return exp.Literal.string(value)
     if isinstance(value, _dt.datetime):
-        return exp.Cast(this=exp.Literal.string(value.isoformat(sep=" ")), to=exp.DataType.build("TIMESTAMP"))
+        return exp.Cast(this=exp.Literal.string(value.isoformat(sep=" ")), to=data_type("TIMESTAMP"))
     if isinstance(value, _dt.date):
-        return exp.Cast(this=exp.Literal.string(value.isoformat()), to=exp.DataType.build("DATE"))
+        return exp.Cast(this=exp.Literal.string(value.isoformat()), to=data_type("DATE"))
     raise QueryRejected(f"a parameter of type {type(value).__name__}",
                         "parameters must be numbers, strings, booleans, dates or None")
 
