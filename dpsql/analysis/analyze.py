@@ -114,8 +114,9 @@ def analyze(tree: exp.Expression, policy: Policy, schema: Schema, settings: Sett
     tree = fold_numbers(fold_dates(qualified_names(tree, policy, schema), copy=False))
     window = None
     whole = tree
-    distinct_only = not windows.has_windows(tree) and windows.distinct_over_groups(tree)
-    if windows.has_windows(tree) or distinct_only:      # post-processing of the released rows
+    windowed = windows.has_windows(tree)      # (a walk of the whole tree: asked once)
+    distinct_only = not windowed and windows.distinct_over_groups(tree)
+    if windowed or distinct_only:      # post-processing of the released rows
         tree, window = windows.split(tree, output_name)
     check_shape(tree)
     ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
