@@ -62,6 +62,7 @@ import dpsql.planner  # noqa: E402
 import dpsql.release  # noqa: E402
 import dpsql.session  # noqa: E402
 from dpsql import datagen  # noqa: E402
+from dpsql.engines.postgres import _bound as _pg_bound  # noqa: E402
 from dpsql.frontends.pgwire.types import pg_type  # noqa: E402
 from dpsql.frontends.pgwire.values import row_encoder  # noqa: E402
 from dpsql.session import Session  # noqa: E402
@@ -247,11 +248,10 @@ def _pg_nodes(node: dict, out: list) -> list:
 
 def postgres_plan(con, sql: str, params=None) -> dict[str, Any]:
     """EXPLAIN (ANALYZE, FORMAT JSON) on PostgreSQL, summarised as duckdb_plan's."""
-    if params:
-        return {"error": "a salted query (a bound parameter): not explained here"}
     try:
         with con.cursor() as cur:
-            cur.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}")
+            text = _pg_bound(sql, frozenset(params)) if params else sql   # as the engine binds the salt
+            cur.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {text}", dict(params) if params else None)
             doc = cur.fetchone()[0]
     except Exception as err:        # noqa: BLE001
         return {"error": tpch._first_line(err)}
@@ -363,8 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-adapted", action="store_true", help="only the TPC-H queries as written")
     ap.add_argument("--postgres", action="store_true", help="also TPC-H on PostgreSQL (copied from DuckDB)")
     ap.add_argument("--no-plans", action="store_true")
-    ap.add_argument("--out", default=str(HERE / "results" / "time_budget.md"))
-    ap.add_argument("--plans-out", default=str(HERE / "results" / "time_budget_plans.md"))
+    ap.add_argument("--out", default=str(HERE / "results" / "time_budget.md"), help="the report ('-': stdout only)")
+    ap.add_argument("--plans-out", default=str(HERE / "results" / "time_budget_plans.md"),
+                    help="the plans ('-': not written)")
     args = ap.parse_args(argv)
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     only = [int(q) for q in args.queries.split(",")] if args.queries else None
@@ -421,17 +422,18 @@ def main(argv: list[str] | None = None) -> int:
                  f"{Path(args.plans_out).name}", ""]
     report = "\n".join(text)
     print(report)
-    if args.out:
+    if args.out and args.out != "-":
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(report)
-    if not args.no_plans and args.plans_out:
+    if not args.no_plans and args.plans_out and args.plans_out != "-":
         plans = ["# Engine plans: plain query vs dpsql's rewritten SQL", "",
                  "DuckDB `EXPLAIN (ANALYZE, FORMAT JSON)`, summarised: the query's total time in the engine "
                  "(query.total_time); planning (binder, optimizer and physical planner); the operators' number and "
                  "summed own time; the rows scanned; and the three slowest operators (own time, output rows). "
                  "One execution each, after the timed runs. PostgreSQL (--postgres): `EXPLAIN (ANALYZE, FORMAT JSON)`, "
                  "total = planning + execution time, operators' time = execution time, each node's own time = its "
-                 "actual total time less its children's.",
+                 "actual total time less its children's, times its loops (so a node run by parallel workers "
+                 "can show more than the query's total).",
                  ""]
         for name, results in suites:
             if any("plan_plain" in r for r in results):
