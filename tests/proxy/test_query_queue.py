@@ -183,31 +183,6 @@ def test_the_wait_timeout_gives_53400(queued, monkeypatch):
     assert slots.running("user11") == 0
 
 
-@pytest.mark.parametrize("how", ["cancel", "disconnect"])
-def test_a_cancelled_waiting_query_frees_its_place(queued, how):
-    user = "user12" if how == "cancel" else "user13"
-    slots = queued.server.server.slots
-    for _ in range(4):
-        slots.acquire(user)
-    job = Background(queued.dsn(user), "SELECT COUNT(*) FROM people WHERE age > 44")
-    try:
-        assert wait_for(lambda: slots.waiting(user) == 1, timeout=DEADLINE)
-        if how == "cancel":
-            job.conn.cancel()
-            _, err = job.result()
-            assert isinstance(err, psycopg.errors.QueryCanceled)
-        else:
-            job.conn.pgconn.finish()            # the client goes while its query waits
-        assert wait_for(lambda: slots.waiting(user) == 0, timeout=DEADLINE)
-    finally:
-        job.close()
-    slots.release(user)
-    assert slots.running(user) == 3              # the freed slot went to nobody
-    for _ in range(3):
-        slots.release(user)
-    assert slots.running(user) == 0
-
-
 # -- the release timing on the event loop --------------------------------------------------------------
 
 @pytest.fixture(scope="module")
