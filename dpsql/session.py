@@ -72,13 +72,8 @@ class Session:
         self.audit = AuditLog(audit_path(policy))
         self.config = Settings(policy, analyst, self.budget, self.ledger)   # SET/RESET/SHOW dpsql.*
         self._plans = plans if plans is not None else planner.PlanCache(planner.PLAN_CACHE)
-        # The release timing ([timing] floor, quantum; release.release_delay) sleeps in execute()
-        # unless a front end that waits without a thread takes it over: `dpsql serve` sets
-        # defer_release, and execute() then only sets `release_pending` when a private query ran
-        # (answered or failed); the proxy releases its answer or error no earlier than
-        # release.release_at from the time it received the statement (frontends/pgwire/client.py).
-        self.defer_release = False
-        self.release_pending = False
+        # defer_release: no [timing] sleep in execute(); release_pending tells dpsql serve to wait (client._hold)
+        self.defer_release = self.release_pending = False
 
     @staticmethod
     def demo() -> tuple[Path, Path, str]:
@@ -225,18 +220,9 @@ class Session:
         try:
             return self._answer(plan)
         finally:
-            if self.defer_release:
-                self.release_pending = True
-            else:
+            self.release_pending = self.defer_release         # then the front end waits (release_time)
+            if not self.defer_release:
                 release.release_delay(start, self.policy.timing)
-
-    def release_time(self, start: float) -> float:
-        """When (time.monotonic()) a private answer ready now, of a statement begun at `start`,
-        may be released under the policy's [timing] (release.release_at): for defer_release."""
-        timing = self.policy.timing
-        if timing.floor <= 0 and timing.quantum <= 0:
-            return start
-        return release.release_at(start, timing)
 
     def _answer(self, plan: QueryPlan) -> Result:
         recon = self.policy.reconstruction
@@ -363,3 +349,9 @@ class Session:
     def settings(self) -> list[tuple[str, str | None, str]]:
         """Every dpsql setting as (name, value as text, description), for SHOW ALL."""
         return self.config.all()
+
+
+def release_time(session: Session, start: float) -> float:
+    """For a Session with defer_release: when (time.monotonic()) a private answer ready now, of a
+    statement begun at `start`, may be released under the policy's [timing] (release.release_at)."""
+    return release.release_at(start, session.policy.timing)

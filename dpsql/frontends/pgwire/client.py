@@ -30,6 +30,7 @@ from dpsql.frontends.pgwire.protocol import (
 )
 from dpsql.frontends.pgwire.startup import startup
 from dpsql.frontends.pgwire.statements import StatementKind
+from dpsql.session import release_time
 
 log = logging.getLogger("dpsql.server")
 
@@ -192,23 +193,6 @@ class Client:
             except RuntimeError:     # not on the event loop (nothing to repeat from)
                 pass
 
-    async def _take_slot(self) -> None:
-        """Wait (on the event loop, holding no thread) for one of the analyst's query slots, at
-        most [server] query_wait seconds (limits.QuerySlots.wait). A CancelRequest or a
-        disconnect ends the wait with QueryCanceled; nothing has run or been charged."""
-        wait = asyncio.ensure_future(self.server.slots.wait(self.user, self.server.query_wait))
-        self._slot_wait = wait
-        try:
-            await wait
-        except asyncio.CancelledError:
-            if wait.cancelled() and self._wait_cancelled:
-                raise QueryCanceled("canceling statement due to user request: the query was cancelled "
-                                    "while it waited for a query slot") from None
-            wait.cancel()
-            raise
-        finally:
-            self._slot_wait, self._wait_cancelled = None, False
-
     async def _in_worker(self, kind: StatementKind, fn, *args):
         """Run fn(*args) on a worker, holding one of the analyst's query slots unless the
         statement is housekeeping. The slot is taken before anything runs (a refusal charges
@@ -219,7 +203,7 @@ class Client:
         counted = not kind.housekeeping
         slots, user = self.server.slots, self.user
         if counted:
-            await self._take_slot()
+            await _take_slot(self)
         try:
             fut = self.server.executor.submit(fn, *args)
         except BaseException:
@@ -302,9 +286,9 @@ class Client:
             try:
                 result = await self._in_worker(action.kind, self._query, action)
             except Exception:
-                await self._hold(received)
+                await _hold(self, received)
                 raise
-            await self._hold(received)
+            await _hold(self, received)
             return result
         if isinstance(action, Describe):
             return await self._in_worker(action.kind, self.handler.describe, action.sql, action.session_sql,
@@ -312,33 +296,6 @@ class Client:
         if isinstance(action, SendRows):
             return await self._send_rows(action)
         raise AssertionError(f"unknown action {action!r}")
-
-    async def _hold(self, received: float) -> None:
-        """The release timing of a private query (Session.release_time), answered or failed:
-        nothing of it, not its RowDescription nor its error, is sent before the time the policy's
-        [timing] allows, counted from when this connection received the statement. The wait is
-        asyncio.sleep on the event loop: the worker thread and the query slot are already free,
-        so the timing defence costs latency, never throughput.
-
-        Why this is as safe as the Session's own sleep: what the analyst observes is when the
-        bytes reach the client, and they are sent only after the same deadline, computed by the
-        same rule. Counting from the statement's arrival (not from the Session's start) puts the
-        waits for a query slot and a worker inside the hidden time too: a slot or thread freed
-        early by another query, whose run time depends on its data, moves no answer's release
-        unless the total crosses the floor, the residual channel the quantum already bounds."""
-        handler = self.handler
-        if handler is None or not handler.hold or self.gone:
-            return
-        handler.hold = False
-        session = self.session
-        if session is None:
-            return
-        self.held_until = deadline = session.release_time(received)
-        try:
-            while (left := deadline - time.monotonic()) > 0:
-                await asyncio.sleep(left)
-        finally:
-            self.held_until = None
 
     def _query(self, run: Run):
         """In a worker thread: one statement (handler.Handler.query)."""
@@ -381,3 +338,49 @@ class Client:
                     self.send(encode(row))
         finally:
             self._sending = self._stop_sending = False
+
+
+async def _take_slot(self: Client) -> None:
+    """Wait (on the event loop, holding no thread) for one of the analyst's query slots, at
+    most [server] query_wait seconds (limits.QuerySlots.wait). A CancelRequest or a
+    disconnect ends the wait with QueryCanceled; nothing has run or been charged."""
+    wait = asyncio.ensure_future(self.server.slots.wait(self.user, self.server.query_wait))
+    self._slot_wait = wait
+    try:
+        await wait
+    except asyncio.CancelledError:
+        if wait.cancelled() and self._wait_cancelled:
+            raise QueryCanceled("canceling statement due to user request: the query was cancelled "
+                                "while it waited for a query slot") from None
+        wait.cancel()
+        raise
+    finally:
+        self._slot_wait, self._wait_cancelled = None, False
+
+
+async def _hold(self: Client, received: float) -> None:
+    """The release timing of a private query (dpsql.session.release_time), answered or failed:
+    nothing of it, not its RowDescription nor its error, is sent before the time the policy's
+    [timing] allows, counted from when this connection received the statement. The wait is
+    asyncio.sleep on the event loop: the worker thread and the query slot are already free,
+    so the timing defence costs latency, never throughput.
+
+    Why this is as safe as the Session's own sleep: what the analyst observes is when the
+    bytes reach the client, and they are sent only after the same deadline, computed by the
+    same rule. Counting from the statement's arrival (not from the Session's start) puts the
+    waits for a query slot and a worker inside the hidden time too: a slot or thread freed
+    early by another query, whose run time depends on its data, moves no answer's release
+    unless the total crosses the floor, the residual channel the quantum already bounds."""
+    handler = self.handler
+    if handler is None or not handler.hold or self.gone:
+        return
+    handler.hold = False
+    session = self.session
+    if session is None:
+        return
+    self.held_until = deadline = release_time(session, received)
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            await asyncio.sleep(left)
+    finally:
+        self.held_until = None
