@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import socket
 import time
 
@@ -247,3 +248,32 @@ def test_nothing_of_the_answer_arrives_before_the_floor(held):
         assert errors == [False, True]
     finally:
         s.close()
+
+
+def test_a_cancel_request_ends_a_query_waiting_for_a_slot(queued):
+    """psycopg's cancel() (a CancelRequest on a new connection) while the query waits for a slot:
+    the query ends with 57014, its place in the line is freed, and the connection stays usable."""
+    slots = queued.server.server.slots
+    for _ in range(4):
+        slots.acquire("user12")
+    try:
+        with psycopg.connect(queued.dsn("user12"), autocommit=True) as c:
+            out: list = []
+
+            def run():
+                try:
+                    c.execute("SELECT COUNT(*) FROM people WHERE age > 34")
+                    out.append("answered")
+                except psycopg.Error as err:
+                    out.append(sqlstate(err))
+            t = threading.Thread(target=run, daemon=True)
+            t.start()
+            assert wait_for(lambda: slots.waiting("user12") == 1, timeout=DEADLINE)
+            (c.cancel_safe if hasattr(c, "cancel_safe") else c.cancel)()     # cancel(): keeps the GIL (test_server_limits)
+            t.join(DEADLINE)
+            assert not t.is_alive() and out == ["57014"]
+            assert slots.waiting("user12") == 0
+    finally:
+        for _ in range(4):
+            slots.release("user12")
+    assert slots.running("user12") == 0
