@@ -373,13 +373,22 @@ def release_delay(start: float, timing) -> None:
     simplest form; the README's threat model states the residual channel."""
     if timing.quantum <= 0 and timing.floor <= 0:
         return
-    elapsed = time.monotonic() - start
+    target = release_at(start, timing) - start
+    while (left := target - (time.monotonic() - start)) > 0:
+        time.sleep(left)
+
+
+def release_at(start: float, timing, now: float | None = None) -> float:
+    """The time.monotonic() at which an answer ready at `now` (default: now) of a statement begun
+    at `start` may be released: release_delay's rule (floor, then the next multiple of the
+    quantum), for a front end that waits without a thread (the proxy: asyncio.sleep until then).
+    The earlier `start` is taken, the more of the wait is hidden: the proxy takes the moment it
+    received the statement, so its waits for a query slot and a worker thread are hidden too."""
+    elapsed = (time.monotonic() if now is None else now) - start
     target = elapsed
     if timing.quantum > 0:
         target = math.ceil(elapsed / timing.quantum) * timing.quantum
-    target = max(target, timing.floor)
-    while (left := target - (time.monotonic() - start)) > 0:
-        time.sleep(left)
+    return start + max(target, timing.floor)
 
 
 def answer(plan: QueryPlan, rows: list[tuple], mechs, sel, rng, *, max_rows: int, check=_no_check,

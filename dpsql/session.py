@@ -72,6 +72,8 @@ class Session:
         self.audit = AuditLog(audit_path(policy))
         self.config = Settings(policy, analyst, self.budget, self.ledger)   # SET/RESET/SHOW dpsql.*
         self._plans = plans if plans is not None else planner.PlanCache(planner.PLAN_CACHE)
+        # defer_release: no [timing] sleep in execute(); release_pending tells dpsql serve to wait (client._hold)
+        self.defer_release = self.release_pending = False
 
     @staticmethod
     def demo() -> tuple[Path, Path, str]:
@@ -218,7 +220,9 @@ class Session:
         try:
             return self._answer(plan)
         finally:
-            release.release_delay(start, self.policy.timing)
+            self.release_pending = self.defer_release         # then the front end waits (release_time)
+            if not self.defer_release:
+                release.release_delay(start, self.policy.timing)
 
     def _answer(self, plan: QueryPlan) -> Result:
         recon = self.policy.reconstruction
@@ -345,3 +349,9 @@ class Session:
     def settings(self) -> list[tuple[str, str | None, str]]:
         """Every dpsql setting as (name, value as text, description), for SHOW ALL."""
         return self.config.all()
+
+
+def release_time(session: Session, start: float) -> float:
+    """For a Session with defer_release: when (time.monotonic()) a private answer ready now, of a
+    statement begun at `start`, may be released under the policy's [timing] (release.release_at)."""
+    return release.release_at(start, session.policy.timing)

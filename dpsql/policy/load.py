@@ -54,7 +54,8 @@ _TOP_KEYS = {"budget", "defaults", "tables", "reconstruction", "server", "analys
              "functions"}
 _RECON_KEYS = {"surcharge", "max_subset_queries", "cache_lifetime", "audit_log"}
 _SERVER_KEYS = {"auth", "tls_cert", "tls_key", "max_message_bytes", "max_concurrent_queries",
-                "catalog_timeout", "catalog_max_rows", "max_connections", "max_connections_per_analyst"}
+                "catalog_timeout", "catalog_max_rows", "max_connections", "max_connections_per_analyst",
+                "query_wait"}
 _PUBLIC_KEYS = {"tables", "undeclared", "types"}
 _ANALYST_KEYS = {"password", "epsilon", "delta", "accountant"}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -340,7 +341,10 @@ def _server(where: Where, s: Any, base: Path) -> Server:
     if isinstance(own, bool) or not isinstance(own, int) or not 1 <= own <= conns:
         raise where.error("server.max_connections_per_analyst",
                           f"must be a whole number from 1 to max_connections ({conns})")
-    return Server(auth, cert, key, size, conc, timeout, cat_rows, conns, own)
+    wait = _duration(where, "server.query_wait", s.get("query_wait", 30.0))
+    if not 0 <= wait <= 3600:
+        raise where.error("server.query_wait", "must be from 0 (refuse at once) to 3600 seconds")
+    return Server(auth, cert, key, size, conc, timeout, cat_rows, conns, own, wait)
 
 
 def _public(where: Where, p: Any, tables: Mapping[str, TablePolicy]) -> Public:

@@ -233,6 +233,7 @@ class Server:
     catalog_max_rows: int = 10_000      # rows one emulated-catalog query may return
     max_connections: int = 64           # sessions open at once, all analysts (each holds an engine connection)
     max_connections_per_analyst: int = 16
+    query_wait: float = 30.0            # seconds a statement waits for one of its analyst's query slots
 
 
 @dataclass(frozen=True, slots=True)

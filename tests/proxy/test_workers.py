@@ -204,7 +204,7 @@ def test_shared_slots_hold_over_processes_and_die_with_them(tmp_path):
 @pytest.fixture(scope="module")
 def served(people_db, tmp_path_factory):
     s = Served(people_db, tmp_path_factory.mktemp("workers"), epsilon=2.0,
-               server={"max_concurrent_queries": 2})
+               server={"max_concurrent_queries": 2, "query_wait": 0})
     yield s
     assert s.stop() == 0
     assert "Traceback" not in "".join(s.lines)
@@ -307,7 +307,7 @@ def test_query_slots_hold_over_workers_and_cancel_finds_its_worker(served):
 
 
 def test_a_killed_worker_is_replaced_and_gives_back_its_slots(people_db, tmp_path):
-    s = Served(people_db, tmp_path, server={"max_concurrent_queries": 1})
+    s = Served(people_db, tmp_path, server={"max_concurrent_queries": 1, "query_wait": 0})
     try:
         a = s.connect("alice")
         victim = pid_worker(a.info.backend_pid)

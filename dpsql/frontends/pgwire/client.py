@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from dpsql.errors import ProtocolViolation, QueryCanceled
 from dpsql.frontends.pgwire import codec, values
@@ -29,6 +30,7 @@ from dpsql.frontends.pgwire.protocol import (
 )
 from dpsql.frontends.pgwire.startup import startup
 from dpsql.frontends.pgwire.statements import StatementKind
+from dpsql.session import release_time
 
 log = logging.getLogger("dpsql.server")
 
@@ -57,6 +59,9 @@ class Client:
         self._inflight = None              # the concurrent Future of the statement running, if any
         self._sending = False              # a statement's rows are being encoded (_send_rows)
         self._stop_sending = False         # a cancel arrived meanwhile: stop them
+        self._slot_wait: asyncio.Future | None = None   # the wait for a query slot (_take_slot)
+        self._wait_cancelled = False       # cancel_query ended that wait
+        self.held_until: float | None = None   # an answer waits for its release time until then (_hold)
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=512)
         self._reader_task: asyncio.Task | None = None
 
@@ -168,6 +173,9 @@ class Client:
         the encoding of its rows (_send_rows)."""
         if self._sending:
             self._stop_sending = True
+        if self._slot_wait is not None and not self._slot_wait.done():
+            self._wait_cancelled = True
+            self._slot_wait.cancel()
         if self.running and self.handler is not None:
             self.handler.cancel(self.pid)
 
@@ -195,7 +203,7 @@ class Client:
         counted = not kind.housekeeping
         slots, user = self.server.slots, self.user
         if counted:
-            slots.acquire(user)
+            await _take_slot(self)
         try:
             fut = self.server.executor.submit(fn, *args)
         except BaseException:
@@ -274,7 +282,14 @@ class Client:
         if self.out_size > _FLUSH_BYTES:
             await self.flush()
         if isinstance(action, Run):
-            return await self._in_worker(action.kind, self._query, action)
+            received = time.monotonic()
+            try:
+                result = await self._in_worker(action.kind, self._query, action)
+            except Exception:
+                await _hold(self, received)
+                raise
+            await _hold(self, received)
+            return result
         if isinstance(action, Describe):
             return await self._in_worker(action.kind, self.handler.describe, action.sql, action.session_sql,
                                          action.param_oids, action.kind)
@@ -323,3 +338,49 @@ class Client:
                     self.send(encode(row))
         finally:
             self._sending = self._stop_sending = False
+
+
+async def _take_slot(self: Client) -> None:
+    """Wait (on the event loop, holding no thread) for one of the analyst's query slots, at
+    most [server] query_wait seconds (limits.QuerySlots.wait). A CancelRequest or a
+    disconnect ends the wait with QueryCanceled; nothing has run or been charged."""
+    wait = asyncio.ensure_future(self.server.slots.wait(self.user, self.server.query_wait))
+    self._slot_wait = wait
+    try:
+        await wait
+    except asyncio.CancelledError:
+        if wait.cancelled() and self._wait_cancelled:
+            raise QueryCanceled("canceling statement due to user request: the query was cancelled "
+                                "while it waited for a query slot") from None
+        wait.cancel()
+        raise
+    finally:
+        self._slot_wait, self._wait_cancelled = None, False
+
+
+async def _hold(self: Client, received: float) -> None:
+    """The release timing of a private query (dpsql.session.release_time), answered or failed:
+    nothing of it, not its RowDescription nor its error, is sent before the time the policy's
+    [timing] allows, counted from when this connection received the statement. The wait is
+    asyncio.sleep on the event loop: the worker thread and the query slot are already free,
+    so the timing defence costs latency, never throughput.
+
+    Why this is as safe as the Session's own sleep: what the analyst observes is when the
+    bytes reach the client, and they are sent only after the same deadline, computed by the
+    same rule. Counting from the statement's arrival (not from the Session's start) puts the
+    waits for a query slot and a worker inside the hidden time too: a slot or thread freed
+    early by another query, whose run time depends on its data, moves no answer's release
+    unless the total crosses the floor, the residual channel the quantum already bounds."""
+    handler = self.handler
+    if handler is None or not handler.hold or self.gone:
+        return
+    handler.hold = False
+    session = self.session
+    if session is None:
+        return
+    self.held_until = deadline = release_time(session, received)
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            await asyncio.sleep(left)
+    finally:
+        self.held_until = None

@@ -34,12 +34,18 @@ class Handler:
 
     def __init__(self, session, catalog=None):
         self.session, self.catalog = session, catalog
+        # The release timing is the client's (client.Client._hold, on the event loop): the worker
+        # thread and the query slot are free as soon as the answer is ready.
+        if session is not None:
+            session.defer_release = True
+        self.hold = False        # the last statement was a private query: its release waits
 
     def tables(self) -> dict:
         """The analyst's tables' column types (for the types of parameters)."""
         return self.session.schema.columns if self.session is not None else {}
 
     def new_statement(self) -> None:
+        self.hold = False
         if self.catalog is not None and hasattr(self.catalog, "new_statement"):
             self.catalog.new_statement()
 
@@ -58,7 +64,11 @@ class Handler:
         session = self.session
         if session is None:
             raise InternalError("the session is closed")
-        res = session.execute(session_sql, _mapping(params))
+        session.release_pending = False
+        try:
+            res = session.execute(session_sql, _mapping(params))
+        finally:
+            self.hold = session.release_pending     # answered or failed: released at its time
         if res.tag == "EMPTY":
             return Answer([], [], "", empty=True)
         types = res.db_types or ["VARCHAR"] * len(res.columns)

@@ -3,8 +3,10 @@
 What one client can make the server spend is bounded three ways:
 
 - `QuerySlots`: at most [server] max_concurrent_queries statements of one analyst run at once,
-  over all of that analyst's connections; one more is refused at once (53400), charging nothing.
-  `SharedQuerySlots` is the same limit over the processes of `dpsql serve --workers N`.
+  over all of that analyst's connections; one more waits for a slot (`wait`: first come, first
+  served, on the event loop, holding no thread) for at most [server] query_wait seconds, and is
+  then refused (53400), charging nothing. `SharedQuerySlots` is the same limit over the
+  processes of `dpsql serve --workers N`.
 - `ConnectionLimits`: at most [server] max_connections_per_analyst sessions of one analyst and
   [server] max_connections in all; one more is refused at login (53300, as PostgreSQL's "too many
   connections for role"), before a session, and with it an engine connection, is opened. Each
@@ -22,6 +24,7 @@ Error messages name the limit and the policy key, never a value from the data.
 """
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import ctypes
 import fcntl
@@ -31,6 +34,7 @@ import os
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -45,10 +49,18 @@ class TooManyQueries(ConfigurationLimitExceeded):
     is not exhausted server-wide (that would be 53000/53200) and this is not a connection limit
     (53300 too_many_connections): a limit the policy configures was reached, which is exactly
     what 53400 says. It differs from BudgetExhausted's 53000, so a client can tell "retry when a
-    query has finished" from "the privacy budget is spent"."""
+    query has finished" from "the privacy budget is spent".
 
-    def __init__(self, limit: int):
-        super().__init__(f"too many queries running at once for this analyst: at most {limit} "
+    It is also the error after a statement waited [server] query_wait seconds for a slot in
+    vain. PostgreSQL's nearest wait, lock_timeout, answers 55P03 lock_not_available, and its
+    statement_timeout 57014 query_canceled; but both say "your statement waited on, or ran
+    into, something", while here nothing of the statement ran: the same configured limit was
+    full for the whole wait, and a client's retry logic should treat "full at once" (query_wait
+    = 0) and "full for 30 s" alike. So one code, 53400, with the wait in the message."""
+
+    def __init__(self, limit: int, waited: float | None = None):
+        what = f"waited {waited:g} s ([server] query_wait) for one of " if waited else ""
+        super().__init__(f"too many queries running at once for this analyst: {what}at most {limit} "
                          f"([server] max_concurrent_queries); nothing was run or charged",
                          "wait for a running query to finish, or cancel it, and retry")
         self.limit = limit
@@ -80,6 +92,24 @@ class RowLimitExceeded(ProgramLimitExceeded):
 
 # -- per-analyst slots --------------------------------------------------------------------------------
 
+class _Waiter:
+    """A statement waiting for a query slot (QuerySlots.wait)."""
+    __slots__ = ("loop", "future", "granted", "gone")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop, self.future = loop, loop.create_future()
+        self.granted = self.gone = False
+
+    def wake(self) -> None:
+        def done() -> None:
+            if not self.future.done():
+                self.future.set_result(None)
+        try:
+            self.loop.call_soon_threadsafe(done)
+        except RuntimeError:          # the loop is closed: nobody waits any more
+            pass
+
+
 class QuerySlots:
     """How many statements each analyst has running, over all their connections.
 
@@ -98,22 +128,79 @@ class QuerySlots:
         self._refuse = refuse or (lambda: TooManyQueries(limit))
         self._lock = threading.Lock()
         self._running: dict[str, int] = {}
+        self._waiting: dict[str, deque[_Waiter]] = {}
 
     def acquire(self, analyst: str) -> None:
-        """Take a slot, or raise TooManyQueries."""
+        """Take a slot, or raise TooManyQueries (also while others of the analyst wait: no
+        statement overtakes the queue)."""
         with self._lock:
             n = self._running.get(analyst, 0)
-            if n >= self.limit:
+            if n >= self.limit or self._waiting.get(analyst):
                 raise self._refuse()
             self._running[analyst] = n + 1
 
+    async def wait(self, analyst: str, timeout: float) -> None:
+        """Take a slot, waiting for one at most `timeout` seconds behind the analyst's earlier
+        waiters (first come, first served), then raise TooManyQueries. The wait is an asyncio
+        future on the event loop: it holds no thread. A release hands its slot straight to the
+        first waiter (release may run on a worker thread: call_soon_threadsafe). A waiter
+        cancelled (CancelRequest, disconnect) or timed out leaves the queue, and gives back a slot
+        handed to it meanwhile."""
+        if timeout <= 0:
+            return self.acquire(analyst)
+        with self._lock:
+            n = self._running.get(analyst, 0)
+            if n < self.limit and not self._waiting.get(analyst):
+                self._running[analyst] = n + 1
+                return None
+            w = _Waiter(asyncio.get_running_loop())
+            self._waiting.setdefault(analyst, deque()).append(w)
+        try:
+            await asyncio.wait((w.future,), timeout=timeout)
+        except BaseException:              # cancelled: a slot handed over meanwhile goes back
+            if self._leave(analyst, w):
+                self.release(analyst)
+            raise
+        if self._leave(analyst, w):        # granted (the flag, not the wake-up, is the truth)
+            return None
+        raise TooManyQueries(self.limit, timeout)
+
+    def _leave(self, analyst: str, w: _Waiter) -> bool:
+        """w stops waiting; whether a slot was handed to it (it then holds that slot)."""
+        with self._lock:
+            w.gone = True
+            queue = self._waiting.get(analyst)
+            if queue is not None and w in queue:
+                queue.remove(w)
+                if not queue:
+                    del self._waiting[analyst]
+            return w.granted
+
     def release(self, analyst: str) -> None:
         with self._lock:
-            n = self._running.get(analyst, 0) - 1
-            if n > 0:
-                self._running[analyst] = n
+            queue = self._waiting.get(analyst)
+            while queue:
+                w = queue.popleft()
+                if not w.gone:
+                    w.granted = True         # the slot passes to w: the count stays
+                    break
             else:
-                self._running.pop(analyst, None)
+                w = None
+            if queue is not None and not queue:
+                del self._waiting[analyst]
+            if w is None:
+                n = self._running.get(analyst, 0) - 1
+                if n > 0:
+                    self._running[analyst] = n
+                else:
+                    self._running.pop(analyst, None)
+        if w is not None:
+            w.wake()
+
+    def waiting(self, analyst: str) -> int:
+        """Statements of the analyst waiting for a slot."""
+        with self._lock:
+            return sum(not w.gone for w in self._waiting.get(analyst, ()))
 
     def running(self, analyst: str | None = None) -> int:
         """Statements running now: of one analyst, or of all."""
@@ -138,6 +225,8 @@ class SharedQuerySlots:
     The refusal depends only on the analyst's own statements in flight, as with QuerySlots.
     """
 
+    POLL_MAX = 0.02           # seconds between two tries of a waiting statement, at most
+
     def __init__(self, limit: int, directory: str | os.PathLike, *, prefix: str = "slot",
                  refuse: Callable[[], Exception] | None = None):
         if limit < 1:
@@ -149,6 +238,7 @@ class SharedQuerySlots:
         self._lock = threading.Lock()
         self._held: dict[str, list[int]] = {}
         self._next = itertools.count()
+        self._turns: dict[str, asyncio.Lock] = {}     # wait(): this process's queue of each analyst
 
     def _path(self, analyst: str, i: int) -> str:
         key = hashlib.sha256(analyst.encode("utf-8", "surrogatepass")).hexdigest()[:32]
@@ -171,6 +261,39 @@ class SharedQuerySlots:
                 self._held.setdefault(analyst, []).append(fd)
             return
         raise self._refuse()
+
+    async def wait(self, analyst: str, timeout: float) -> None:
+        """Take a slot, waiting for one at most `timeout` seconds, then raise TooManyQueries.
+
+        The slots are flock(2)s that other processes hold, so no release can wake this one.
+        A blocking flock in a thread would hold a thread per waiting statement (exactly what the
+        wait must not do) and cannot be given a timeout without signals; so the wait polls on
+        the event loop, with a backoff from 1 ms doubling to POLL_MAX: a slot freed is taken
+        within POLL_MAX, at a cost of at most 1/POLL_MAX tries a second per waiting analyst in a
+        process. Within a process the waiters of one analyst queue on an asyncio.Lock (first
+        come, first served) and only the first polls; between processes the kernel decides who
+        gets a freed slot, and each process's first waiter competes fairly with its polls."""
+        if timeout <= 0:
+            return self.acquire(analyst)
+        deadline = time.monotonic() + timeout
+        turn = self._turns.setdefault(analyst, asyncio.Lock())
+        try:
+            await asyncio.wait_for(turn.acquire(), timeout)
+        except TimeoutError:
+            raise TooManyQueries(self.limit, timeout) from None
+        try:
+            pause = 0.001
+            while True:
+                try:
+                    return self.acquire(analyst)
+                except TooManyQueries:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TooManyQueries(self.limit, timeout) from None
+                await asyncio.sleep(min(pause, left))
+                pause = min(pause * 2, self.POLL_MAX)
+        finally:
+            turn.release()
 
     def release(self, analyst: str) -> None:
         with self._lock:

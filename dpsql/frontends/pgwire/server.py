@@ -70,6 +70,7 @@ class Server:
         self.executor = Workers(workers, thread_name_prefix="dpsql-q")
         limit = max_concurrent_queries or server_policy.max_concurrent_queries
         self.slots = QuerySlots(limit) if link is None else SharedQuerySlots(limit, link.runtime_dir)
+        self.query_wait = server_policy.query_wait      # seconds a statement waits for a slot
         self.max_sockets = server_policy.max_connections + STARTUP_MARGIN
         self.connections = ConnectionLimits(server_policy.max_connections, server_policy.max_connections_per_analyst,
                                             link.runtime_dir if link is not None else None)
