@@ -28,6 +28,10 @@ import pytest
 
 from tests.oracle import generator, oracles, run
 
+# One worker runs this module (pytest-xdist --dist loadgroup): its tally, a module fixture that runs
+# every generated query on both engines, is then computed once, not once per worker the tests land on.
+pytestmark = pytest.mark.xdist_group("oracle")
+
 DATA_SEED = 7
 CASE_SEEDS = range(0, 300)
 PAIR_SEEDS = range(10_000, 10_060)
