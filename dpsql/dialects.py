@@ -221,6 +221,10 @@ class EngineDialect:
     dow_field, isodow_field, dow_first: the EXTRACT fields of the day of the week (Sunday first) and
         the ISO day of the week, and the number the engine gives Sunday in the first: PostgreSQL's
         and DuckDB's DOW count 0-6, Spark's DAYOFWEEK 1-7 (dpsql.analysis.dates shifts it to 0-6).
+    split_group_choice: the group choice ranks only the groups of units with more than L0 of them,
+        in a query that reads the per-unit rows as a CTE three times (dpsql.rewrite.group_choice):
+        DuckDB and PostgreSQL compute such a CTE once; Spark inlines it, so there it would be
+        computed three times and one window over every unit's groups is cheaper.
     concat_texts: the aggregate joining a group's texts with commas (the quantile histograms,
         dpsql.rewrite.quantiles): GROUP_CONCAT as sqlglot writes it per engine; Spark's
         concat_ws over collect_list.
@@ -249,6 +253,7 @@ class EngineDialect:
     isodow_field: str = "ISODOW"
     dow_first: int = 0
     concat_texts: Callable[[exp.Expression], exp.Expression] = _group_concat
+    split_group_choice: bool = True
 
     def wide(self, value: int) -> exp.Expression:
         """An integer literal in the engine's widest exact integer type."""
@@ -264,7 +269,8 @@ DIALECTS: dict[str, EngineDialect] = {
     "spark": EngineDialect("spark", _spark_hash, "min_by", False, "DECIMAL(38, 0)", True, True, "DOUBLE",
                            False, False, True, ntz_timestamp_literals=True, linear_like=True,
                            wall_clock_timestamps=False, timestamp_pairs=False, dow_field="DAYOFWEEK",
-                           isodow_field="DAYOFWEEK_ISO", dow_first=1, concat_texts=_collect_list),
+                           isodow_field="DAYOFWEEK_ISO", dow_first=1, concat_texts=_collect_list,
+                           split_group_choice=False),
 }
 
 
