@@ -9,7 +9,8 @@ analyst: the analyst's WHERE is the per-row flag `_h`, evaluated inside the aggr
 (`FILTER (WHERE _h)`), so the engine cannot skip work on it by its statistics (zone maps,
 DuckDB's statistics propagation, PostgreSQL's index choice, Spark's Parquet pruning): each of
 those would make run time answer a question about the data. A sum's input is the clamped,
-scaled, rounded BIGINT (dpsql.rewrite.clip.scaled_cast), computed once per row; on engines
+scaled, rounded BIGINT (dpsql.rewrite.clip.scaled_cast), computed once per row that passes the
+WHERE (passing_only); on engines
 that do not share common subexpressions the subquery is fenced (EngineDialect.fence_rows) when a
 later pass reads that value more than once (its integer clamp, or a square): a sum whose cast
 lands in its bounds by itself (Measure.cast_in_bounds) reads it once, and the planner keeps its
@@ -41,6 +42,7 @@ def rows_select(plan: QueryPlan, d: EngineDialect, *, domain: bool = True, fence
     cols: list[exp.Expression] = [exp.alias_(fr.unit_column(rel), "_u", copy=False)]
     cols += [exp.alias_(k.expr.copy(), k.name, copy=False) for k in plan.keys]
     scaled = False
+    where = None if plan.where is None else fr.condition(plan.where, d)
     for m in plan.measures:
         if m.input is None:
             continue
@@ -49,9 +51,11 @@ def rows_select(plan: QueryPlan, d: EngineDialect, *, domain: bool = True, fence
             value = scaled_cast(value, m.lo, m.hi, m.scale, d)
             # read more than once later (the integer clamp, a square): compute it once, fenced
             scaled = scaled or m.rereads_input
+        if where is not None:
+            value = passing_only(value, where)
         cols.append(exp.alias_(value, m.input_name, copy=False))
-    if plan.where is not None:
-        cols.append(exp.alias_(exp.Paren(this=fr.condition(plan.where, d)), "_h", copy=False))
+    if where is not None:
+        cols.append(exp.alias_(exp.Paren(this=where), "_h", copy=False))
     for text, (name, cond) in filters(plan).items():
         cols.append(exp.alias_(exp.Paren(this=fr.condition(cond, d)), name, copy=False))
     conds = [c for c in (fr.not_null_unit(rel),) if c is not None]
@@ -61,6 +65,17 @@ def rows_select(plan: QueryPlan, d: EngineDialect, *, domain: bool = True, fence
     if fence and scaled and d.fence_rows:
         sel.set("offset", exp.Offset(expression=exp.Literal.number(0)))
     return sel
+
+
+def passing_only(value: exp.Expression, where: exp.Expression) -> exp.Expression:
+    """CASE WHEN (<WHERE>) THEN value END: a measure's input, clamped and scaled only on the rows
+    that pass the WHERE (the engine evaluates a CASE branch only for the rows that take it: TPC-H
+    Q6 at SF 0.1 on DuckDB 35 -> 26 ms, on PostgreSQL 253 -> 220 ms). The same sums: every
+    aggregate of the input is FILTER (WHERE _h), which leaves out the rows this makes NULL. Timing:
+    every row is still read and its WHERE evaluated, in an expression no statistics can skip; the
+    clamp's nanoseconds on a passing row join the per-row work that already differs with the
+    data (the FILTERed aggregates themselves), the residual the release timing hides."""
+    return exp.Case(ifs=[exp.If(this=exp.Paren(this=where.copy()), true=value)])
 
 
 def filters(plan: QueryPlan) -> dict[str, tuple[str, exp.Expression]]:

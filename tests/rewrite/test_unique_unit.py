@@ -10,8 +10,9 @@ def test_shortcut_sql(passes):
     assert plan.bounded is False
     assert passes.sql(plan, "unique_unit") == (
         "SELECT CAST(_g0 AS TEXT) AS _k0, SUM(_x0) FILTER(WHERE _h) AS _v0 FROM (SELECT people_pk.person_id AS _u, "
-        "people_pk.state AS _g0, CAST(CASE WHEN people_pk.income < 0 THEN 0 WHEN people_pk.income > 500000 THEN 500000 "
-        "ELSE people_pk.income END * 1000000 AS BIGINT) AS _x0, (people_pk.age > 30) AS _h FROM people_pk AS people_pk) "
+        "people_pk.state AS _g0, CASE WHEN (people_pk.age > 30) THEN CAST(CASE WHEN people_pk.income < 0 THEN 0 "
+        "WHEN people_pk.income > 500000 THEN 500000 ELSE people_pk.income END * 1000000 AS BIGINT) END AS _x0, "
+        "(people_pk.age > 30) AS _h FROM people_pk AS people_pk) "
         f"AS _rows GROUP BY _g0 HAVING CASE WHEN _g0 IN {DOMAIN} THEN TRUE ELSE FALSE END")
 
 

@@ -32,8 +32,15 @@ FROM (
       SELECT
         v.person_id AS _u,
         v.kind AS _g0,
-        CAST(CASE WHEN v.cost < 0 THEN 0 WHEN v.cost > 2000 THEN 2000 ELSE v.cost END * 1000000 AS BIGINT) AS _x1,
-        v.cost AS _x2,
+        CASE
+          WHEN (
+            p.age > 40
+          )
+          THEN CAST(CASE WHEN v.cost < 0 THEN 0 WHEN v.cost > 2000 THEN 2000 ELSE v.cost END * 1000000 AS BIGINT)
+        END AS _x1,
+        CASE WHEN (
+          p.age > 40
+        ) THEN v.cost END AS _x2,
         (
           p.age > 40
         ) AS _h

@@ -22,13 +22,20 @@ FROM (
       SELECT
         visits.person_id AS _u,
         visits.state AS _g0,
-        CAST(CASE
-          WHEN visits.cost < 0
-          THEN 0
-          WHEN visits.cost > 2000
-          THEN 2000
-          ELSE visits.cost
-        END * 1000000 AS BIGINT) AS _x1,
+        CASE
+          WHEN (
+            visits.kind LIKE '%a%' ESCAPE '\'
+            AND NOT visits.cost IS NULL
+            AND NOT visits.kind ILIKE 'L%' ESCAPE '\'
+          )
+          THEN CAST(CASE
+            WHEN visits.cost < 0
+            THEN 0
+            WHEN visits.cost > 2000
+            THEN 2000
+            ELSE visits.cost
+          END * 1000000 AS BIGINT)
+        END AS _x1,
         (
           visits.kind LIKE '%a%' ESCAPE '\'
           AND NOT visits.cost IS NULL

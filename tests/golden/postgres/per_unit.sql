@@ -13,8 +13,12 @@ SELECT
 FROM (
   SELECT
     t.person_id AS _u,
-    t.n AS _x0,
-    t.n AS _x1,
+    CASE WHEN (
+      t._pu_hits > 0
+    ) THEN t.n END AS _x0,
+    CASE WHEN (
+      t._pu_hits > 0
+    ) THEN t.n END AS _x1,
     (
       t._pu_hits > 0
     ) AS _h

@@ -23,15 +23,20 @@ FROM (
     SELECT
       people.person_id AS _u,
       people.state AS _g0,
-      CAST(ROUND(
-        CASE
-          WHEN people.income < 0
-          THEN 0
-          WHEN people.income > 500000
-          THEN 500000
-          ELSE people.income
-        END * 1000000
-      ) AS BIGINT) AS _x0,
+      CASE
+        WHEN (
+          people.age >= 18
+        )
+        THEN CAST(ROUND(
+          CASE
+            WHEN people.income < 0
+            THEN 0
+            WHEN people.income > 500000
+            THEN 500000
+            ELSE people.income
+          END * 1000000
+        ) AS BIGINT)
+      END AS _x0,
       (
         people.age >= 18
       ) AS _h

@@ -33,16 +33,23 @@ FROM (
     SELECT
       people.person_id AS _u,
       people.education AS _g0,
-      CAST(ROUND(
-        CASE
-          WHEN people.income < 0
-          THEN 0
-          WHEN people.income > 500000
-          THEN 500000
-          ELSE people.income
-        END * 1000000
-      ) AS BIGINT) AS _x0,
-      people.income AS _x1,
+      CASE
+        WHEN (
+          people.age > 30
+        )
+        THEN CAST(ROUND(
+          CASE
+            WHEN people.income < 0
+            THEN 0
+            WHEN people.income > 500000
+            THEN 500000
+            ELSE people.income
+          END * 1000000
+        ) AS BIGINT)
+      END AS _x0,
+      CASE WHEN (
+        people.age > 30
+      ) THEN people.income END AS _x1,
       (
         people.age > 30
       ) AS _h

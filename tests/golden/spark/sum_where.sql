@@ -15,15 +15,20 @@ FROM (
   FROM (
     SELECT
       people.person_id AS _u,
-      CAST(ROUND(
-        CASE
-          WHEN people.income < 0
-          THEN 0
-          WHEN people.income > 500000
-          THEN 500000
-          ELSE people.income
-        END * 1000000
-      ) AS BIGINT) AS _x0,
+      CASE
+        WHEN (
+          people.age BETWEEN 30 AND 40 AND people.state IN ('CA', 'NY')
+        )
+        THEN CAST(ROUND(
+          CASE
+            WHEN people.income < 0
+            THEN 0
+            WHEN people.income > 500000
+            THEN 500000
+            ELSE people.income
+          END * 1000000
+        ) AS BIGINT)
+      END AS _x0,
       (
         people.age BETWEEN 30 AND 40 AND people.state IN ('CA', 'NY')
       ) AS _h
