@@ -68,12 +68,41 @@ def _snapped(values: Sequence[Any], k: int, divisor) -> np.ndarray:
             half = 1 << k >> 1
             up = (rem > half) | ((rem == half) & (k > 0) & (q % 2 == 1))
             return q + up
+    if type(divisor) is int and divisor > 1 and all(type(v) is int or v is None for v in values):
+        fast = _snapped_over(values, k, divisor)
+        if fast is not None:
+            return fast
     out = [_snap(Fraction(0 if v is None else v) / divisor, k) for v in values]
     if all(-LIMIT < v < LIMIT for v in out):
         return np.array(out, dtype=I64)
     arr = np.empty(n, dtype=object)
     arr[:] = out
     return arr
+
+
+def _snapped_over(values: Sequence[Any], k: int, divisor: int) -> np.ndarray | None:
+    """round(v / (divisor * 2**k)) to the nearest integer, ties to even, for Python ints v (None
+    is 0) and an integer divisor > 1 (a fixed-point sum's scale), by int64 arithmetic: the
+    exact quotient n / d with n = v * 2**-k, d = divisor (k < 0) or n = v, d = divisor * 2**k
+    (k >= 0); q = floor(n / d) and r = n - q * d in [0, d), rounded up when 2r > d or 2r = d with
+    q odd: mechanisms._snap's round(Fraction) exactly. None (the scalar path) when n or d would
+    not stay below 2**62 in magnitude, so that no product, 2r or q + 1 overflows int64."""
+    ints = [0 if v is None else v for v in values]
+    if -62 < k < 0:
+        bound, d = 1 << (62 + k), divisor
+    elif 0 <= k < 62 and divisor < (1 << (62 - k)):
+        bound, d = LIMIT, divisor << k
+    else:
+        return None
+    if d >= LIMIT or not all(-bound < v < bound for v in ints):
+        return None
+    n = np.array(ints, dtype=I64)
+    if k < 0:
+        n = n * I64(1 << -k)
+    q = np.floor_divide(n, I64(d))
+    twice = (n - q * I64(d)) * I64(2)                          # 2r, in [0, 2d)
+    up = (twice > d) | ((twice == d) & (q % 2 == 1))
+    return q + up
 
 
 def _unsnapped(total: np.ndarray, k: int) -> list[float]:

@@ -112,6 +112,23 @@ def test_snapping_and_float_conversion_equal_the_scalar_path():
     assert V._unsnapped(huge, -40) == [_unsnap(2**80 + 1, -40), _unsnap(-(2**70), -40)]
 
 
+def test_snapping_over_an_integer_divisor_equals_the_scalar_path():
+    """A fixed-point sum's values (Python ints over the measure's scale) snap in int64, exactly as
+    the scalar path's round(Fraction(v) / divisor / 2**k), ties to even included."""
+    r = random.Random(5)
+    for divisor in (10**6, 3, 7, 2, 10**12):
+        for k in (-45, -20, -3, -1, 0, 1, 5, 30):
+            top = 1 << min(60 + k, 56) if k < 0 else 10**15           # within the int64 path's reach
+            values = [r.randrange(-top, top) for _ in range(300)] + [None, 0, 1, -1]
+            values += [divisor * j + divisor // 2 * (1 << max(k, 0)) for j in range(-3, 4)]   # ties near 0
+            values += [(2 * j + 1) * divisor << max(k, 0) >> 1 for j in range(-4, 4)]
+            got = V._snapped(values, k, divisor)
+            assert got.dtype != object, (divisor, k)
+            assert got.tolist() == [_snap(Fraction(v or 0) / divisor, k) for v in values], (divisor, k)
+    big = [2**61, -(2**61)]                             # beyond the int64 path at k = -5: the scalar path
+    assert list(V._snapped(big, -5, 10**6)) == [_snap(Fraction(v) / 10**6, -5) for v in big]
+
+
 def test_released_values_lie_on_the_grid():
     for kind in ("laplace", "gaussian"):
         m = make_mechanism(kind, 1.0, 0.5, 1e-6)
