@@ -14,7 +14,9 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import duckdb
@@ -276,12 +278,24 @@ _PG_TYPES = {"DOUBLE": "double precision", "FLOAT": "real", "HUGEINT": "numeric"
              "VARCHAR": "text", "BLOB": "bytea"}
 
 
+def _open_source(duckdb_path: str) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to a database file, or to a copy of it: a dpsql engine still open
+    on the file in this process (another test of this worker, its module-scoped fixture) holds it
+    with its own configuration, and DuckDB refuses a second configuration of one file."""
+    try:
+        return duckdb.connect(duckdb_path, read_only=True)
+    except duckdb.ConnectionException:
+        copy = Path(tempfile.mkdtemp(prefix="dpsql_src_")) / Path(duckdb_path).name
+        shutil.copy(duckdb_path, copy)
+        return duckdb.connect(str(copy), read_only=True)
+
+
 def copy_to_postgres(duckdb_path: str, dsn: str, *, schema: str = "public") -> None:
     """Copy a DuckDB database's base tables (types, NOT NULL, single-column PRIMARY KEY and
     UNIQUE) and views into a PostgreSQL schema, rows by COPY."""
     import psycopg
     from psycopg import sql
-    src = duckdb.connect(duckdb_path, read_only=True)
+    src = _open_source(duckdb_path)
     try:
         tables = [r[0] for r in src.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' "
                                             "ORDER BY table_name").fetchall()]
@@ -324,7 +338,7 @@ def people_pg(postgres_server, people_db) -> str:
 def export_parquet(duckdb_path: str, directory: Path) -> dict[str, str]:
     """Each base table of a DuckDB database as one Parquet file (DuckDB's COPY): {table: path}."""
     directory.mkdir(parents=True, exist_ok=True)
-    src = duckdb.connect(duckdb_path, read_only=True)
+    src = _open_source(duckdb_path)
     try:
         tables = [r[0] for r in src.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' "
                                             "ORDER BY table_name").fetchall()]
