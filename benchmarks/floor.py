@@ -272,7 +272,7 @@ def run_shape(shape: Shape, engine: str, conn, raw: Raw, runs: int) -> dict[str,
         cur.execute(f"/* floor.py {shape.name} {counter[0]} {random.random()} */ {shape.query}")
         cur.fetchall()
 
-    salt = {"salt": random.getrandbits(62)} if "$salt" in rewritten else None
+    salt = {"salt": random.getrandbits(62)} if "$salt" in rewritten or "%(salt)s" in rewritten else None
     fns = {"dpsql": dpsql_once, "engine": lambda: raw.run(rewritten, salt), "floor": lambda: raw.run(floor),
            "pushdown": lambda: raw.run(push), "plain": lambda: raw.run(shape.query)}
     times: dict[str, list[float]] = {w: [] for w in WAYS}

@@ -12,6 +12,7 @@ inside the aggregates (FILTER), never as a filter the engine could decide from s
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 from sqlglot import exp
@@ -115,7 +116,28 @@ def semi_select(s: SemiJoin, d: EngineDialect) -> exp.Select:
     unit = unit_column(rel, s.inner)
     cols = [exp.alias_(unit.copy(), "_u", copy=False),
             exp.alias_(filtered(exp.Count(this=exp.Star()), _paren(s.where, d)), "_in", copy=False)]
+    if s.inner is not None:
+        return select(cols, _keyed(rel, s), d, None, [unit.copy()])
     return select(cols, rel, d, not_null_unit(rel), [unit.copy()])
+
+
+def _keyed(rel: Relation, s: SemiJoin) -> Relation:
+    """The inner relation of a semi-join correlated through a link key, without the joins dpsql
+    added only to resolve the link to a unit (TPC-H Q4: lineitem JOIN orders inside EXISTS, the
+    join the outer query makes again; SF 0.1 DuckDB 36 -> 27 ms) when nothing else reads them.
+
+    The flags are the same: the rows are grouped by the key itself, and the outer query tests
+    each key against one of its own rows of the link's target (s.outer), whose key is unique
+    (links point to a unique key: dpsql.analysis.bind). A key with no target row, or whose
+    target's unit is NULL, is one no outer row it could match survives: the outer relation keeps
+    only rows whose unit is not NULL. So the unit (its NULL check included) is not needed here,
+    and every row of a key still belongs to the one unit of the outer row holding it."""
+    used = {s.inner[0]}
+    for node in ([s.where] if s.where is not None else []) + [st.on for st in rel.joins if not st.instance.implicit]:
+        used |= {c.table for c in node.find_all(exp.Column)}
+    kept = tuple(st for st in rel.joins
+                 if not (st.instance.implicit and st.kind == "inner" and st.instance.alias not in used))
+    return rel if len(kept) == len(rel.joins) else replace(rel, joins=kept)
 
 
 def per_unit_select(pu: PerUnit, d: EngineDialect) -> exp.Select:

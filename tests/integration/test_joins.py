@@ -13,6 +13,7 @@ import duckdb
 import pytest
 
 import dpsql
+from dpsql.rewrite import to_sql
 from dpsql.errors import QueryRejected
 from tests.conftest import (
     ENGINES,
@@ -220,7 +221,7 @@ def test_refusals_name_their_reason(target, connect, sql, reason):
 def linked(request, tmp_path):
     """lvisits(visit_id PRIMARY KEY, person_id, cost) and prescriptions(rx_id, visit_id, drug),
     whose unit comes through the link visit_id -> lvisits.visit_id. Person p has p % 4 + 1 visits,
-    each with (visit_id % 3) + 1 prescriptions."""
+    each with (visit_id % 3) + 1 prescriptions; 50 prescriptions point at no visit."""
     path = str(tmp_path / "linked.duckdb")
     con = duckdb.connect(path)
     con.execute("CREATE TABLE lvisits (visit_id BIGINT PRIMARY KEY, person_id BIGINT NOT NULL, cost DOUBLE)")
@@ -230,6 +231,8 @@ def linked(request, tmp_path):
     con.execute("INSERT INTO prescriptions SELECT row_number() OVER (), v.visit_id, "
                 "CASE (v.visit_id + j) % 3 WHEN 0 THEN 'a' WHEN 1 THEN 'b' ELSE 'c' END "
                 "FROM lvisits v, range(0, 3) c(j) WHERE j <= v.visit_id % 3")
+    # prescriptions of no visit (a key with no row to link to): no person's rows
+    con.execute("INSERT INTO prescriptions SELECT 100000 + i, 999000 + i % 7, 'a' FROM range(0, 50) t(i)")
     con.close()
     pol = {"budget": {"epsilon": 1e9, "ledger": str(tmp_path / "l.sqlite")},
            "reconstruction": {"cache_lifetime": 0}, "timing": {"quantum": 0, "floor": 0},
@@ -285,4 +288,27 @@ def test_a_link_gives_each_row_the_unit_of_the_row_it_points_at(linked):
                                         "GROUP BY 1)"))
     plan = conn.session.plan(explicit)
     assert [j.instance.implicit for j in plan.relation.joins] == [False]   # the written join resolves the link
+    conn.close()
+
+
+def test_a_semi_join_on_a_link_key_reads_the_linked_rows_alone(linked):
+    """EXISTS correlated through a link key: the subquery groups the linked rows by the key itself,
+    without the join dpsql would add to resolve their unit (the outer query holds the key's one
+    target row); the answer is the engine's, orphan rows (keys with no target) included."""
+    engine, path, target, options, pol = linked
+    if engine == "spark":
+        pytest.skip("no PRIMARY KEY on Spark: the link is refused (the test above)")
+    conn = dpsql.connect(target, policy=pol, analyst="a", **options)
+    cur = conn.cursor()
+    cur.execute(f"SET dpsql.epsilon = {EPS}")
+    sql = ("SELECT COUNT(*) AS n, SUM(cost) AS s FROM lvisits v WHERE v.cost > 100 AND EXISTS "
+           "(SELECT 1 FROM prescriptions p WHERE p.visit_id = v.visit_id AND p.drug = 'a')")
+    plan = conn.session.plan(sql)
+    inner = to_sql(plan, conn.session.engine.dialect).split("LEFT JOIN (", 1)[1]
+    assert " JOIN " not in inner.split(") AS _s", 1)[0], inner       # no link join inside the subquery
+    cur.execute(sql)
+    _close(cur, _truth(path, "SELECT SUM(LEAST(n, 4)), SUM(LEAST(s, 4000)) FROM (SELECT v.person_id, COUNT(*) n, "
+                             "SUM(LEAST(GREATEST(cost, 0), 1000)) s FROM lvisits v WHERE v.cost > 100 AND EXISTS "
+                             "(SELECT 1 FROM prescriptions p WHERE p.visit_id = v.visit_id AND p.drug = 'a') "
+                             "GROUP BY 1)"))
     conn.close()
