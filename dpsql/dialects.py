@@ -225,6 +225,10 @@ class EngineDialect:
         in a query that reads the per-unit rows as a CTE three times (dpsql.rewrite.group_choice):
         DuckDB and PostgreSQL compute such a CTE once; Spark inlines it, so there it would be
         computed three times and one window over every unit's groups is cheaper.
+    row_fence: how the analyst's WHERE becomes a row filter under the policy's [timing] where =
+        "rows" (dpsql.rewrite.rows.fenced): "volatile" (DuckDB: a CASE on random(), which the
+        optimizer neither pushes into a scan nor folds), "offset" (PostgreSQL: the rows in a
+        subquery with OFFSET 0, filtered outside it), None (Spark: the default placement stays).
     concat_texts: the aggregate joining a group's texts with commas (the quantile histograms,
         dpsql.rewrite.quantiles): GROUP_CONCAT as sqlglot writes it per engine; Spark's
         concat_ws over collect_list.
@@ -254,6 +258,7 @@ class EngineDialect:
     dow_first: int = 0
     concat_texts: Callable[[exp.Expression], exp.Expression] = _group_concat
     split_group_choice: bool = True
+    row_fence: str | None = "volatile"
 
     def wide(self, value: int) -> exp.Expression:
         """An integer literal in the engine's widest exact integer type."""
@@ -265,12 +270,12 @@ DIALECTS: dict[str, EngineDialect] = {
                             False, False, True, path_catalog="dpsql_files"),
     "postgres": EngineDialect("postgres", _postgres_hash, None, True, "NUMERIC", False, False, "NUMERIC",
                               True, True, False, real="NUMERIC", narrow_sums=True,
-                              having_to_where=True, sorted_per_unit=True),
+                              having_to_where=True, sorted_per_unit=True, row_fence="offset"),
     "spark": EngineDialect("spark", _spark_hash, "min_by", False, "DECIMAL(38, 0)", True, True, "DOUBLE",
                            False, False, True, ntz_timestamp_literals=True, linear_like=True,
                            wall_clock_timestamps=False, timestamp_pairs=False, dow_field="DAYOFWEEK",
                            isodow_field="DAYOFWEEK_ISO", dow_first=1, concat_texts=_collect_list,
-                           split_group_choice=False),
+                           split_group_choice=False, row_fence=None),
 }
 
 

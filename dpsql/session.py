@@ -66,6 +66,7 @@ class Session:
         self._lock = threading.RLock()
         self._cancelled = threading.Event()     # set by cancel() while a statement runs
         self._started = time.monotonic()        # when the running (or last) statement began
+        self._yielded = 0.0                      # when check() last let other threads run
         self.schema = schema if schema is not None else read_schema(policy, engine)
         self._on_schema = on_schema         # told of a re-read schema (Backend shares it with new sessions)
         self.ledger = ledger if ledger is not None else Ledger(ledger_path(policy))
@@ -275,10 +276,15 @@ class Session:
         if self._cancelled.is_set():
             raise QueryCanceled("canceling statement due to user request: the query was cancelled")
         limit = getattr(self.engine, "statement_timeout", None)
-        if limit is not None and time.monotonic() - self._started > limit:
+        now = time.monotonic()
+        if limit is not None and now - self._started > limit:
             raise QueryCanceled("canceling statement due to statement timeout: the query ran longer than "
                                 "the engine's statement timeout")
-        time.sleep(0)
+        # Yield the GIL at most once a millisecond: time.sleep(0) is a real sleep of about 55 us
+        # on Linux (the timer slack), seven of them per small query, 0.4 ms of every answer.
+        if now - self._yielded >= 0.001:
+            self._yielded = now
+            time.sleep(0)
 
     # -- the reconstruction defence: surcharge, cap, cache, audit (dpsql.analysis.reconstruction, dpsql.ledger.answer_cache)
     def _answer_key(self, plan: QueryPlan) -> str:

@@ -143,7 +143,8 @@ class Budget:
             group_choice=group_choice, domain_size=domain_size, units_only=units_only,
             unit_not_null=rel.unit_not_null, subset=reconstruction.classify(subset_where, ids),
             relation=rel, rows_per_unit=rows, wraps=wraps, names=tuple(self.norm.names), quantiles=quantiles,
-            distincts=distincts, public_reads=self.public_reads)
+            distincts=distincts, public_reads=self.public_reads,
+            where_rows=where is not None and self.policy.timing.where == "rows")
 
 
 def _canonical_names(where: exp.Expression, rel: Relation) -> exp.Expression:

@@ -102,6 +102,7 @@ class QueryPlan:
     auto: Any = None               # bounds = "auto": dpsql.analysis.auto_bounds.AutoBound
     topk: Any = None               # SET dpsql.topk = 'noisy_max': dpsql.analysis.topk.TopK
     public_reads: bool = False     # a public column's range was read from its table (the plan is not kept)
+    where_rows: bool = False       # [timing] where = "rows": WHERE filters rows, fenced (dpsql.rewrite.rows)
 
     @property
     def tables(self) -> tuple[tuple[str, str], ...]:

@@ -63,7 +63,7 @@ _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _ANALYST_NAME = re.compile(r"^[\w.@+-]{1,128}$")
 _BUDGET_KEYS = {"epsilon", "delta", "ledger", "accountant"}
 _DEFAULT_KEYS = {"epsilon", "delta", "mechanism", "min_epsilon", "min_rho", "rho"}
-_TIMING_KEYS = {"quantum", "floor"}
+_TIMING_KEYS = {"quantum", "floor", "where"}
 _LIMIT_KEYS = {"max_released_rows", "max_cached_bytes", "max_released_cells", "max_quantile_work"}
 _FUNCTION_KEYS = {"sample_aggregate", "blocks"} | set(SAMPLE_AGGREGATES)
 
@@ -288,7 +288,14 @@ def _timing(where: Where, t: Any) -> Timing:
     floor = _duration(where, "timing.floor", t.get("floor", DEFAULT_FLOOR))
     if quantum > 60 or floor > 600:
         raise where.error("timing", "quantum is at most 60 s and floor at most 600 s")
-    return Timing(quantum, floor)
+    place = t.get("where", "aggregate")
+    if place not in ("aggregate", "rows"):
+        raise where.error("timing.where", 'must be "aggregate" (the default) or "rows"')
+    if place == "rows" and floor <= 0:
+        raise where.error("timing.where", '"rows" makes run time grow with the rows the analyst\'s WHERE '
+                          "passes, which only the release floor hides: set [timing] floor above 0 (the "
+                          "default is 0.1 s), or keep the default where = \"aggregate\"")
+    return Timing(quantum, floor, place)
 
 
 def _limits(where: Where, lim: Any) -> Limits:

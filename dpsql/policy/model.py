@@ -172,9 +172,17 @@ class Defaults:
 class Timing:
     """When a private answer is released (dpsql.release.release_delay): not before `floor`
     seconds after the query started, and then only at a whole multiple of `quantum` seconds
-    from its start, so that small data-dependent differences in run time vanish. 0 disables each."""
+    from its start, so that small data-dependent differences in run time vanish. 0 disables each.
+
+    where: where the analyst's WHERE is evaluated. "aggregate" (the default): per row inside the
+    per-unit aggregates (FILTER), so the work before the per-unit rows does not depend on which
+    rows pass. "rows": as a row filter the engine can neither push into a scan nor decide from
+    its statistics (dpsql.rewrite.rows.fenced), so every row is still read, but only the passing
+    rows are grouped by unit: faster, at the price of run time that grows with the number of
+    passing rows, which only the release floor hides (so it requires floor > 0)."""
     quantum: float = DEFAULT_QUANTUM
     floor: float = DEFAULT_FLOOR
+    where: str = "aggregate"    # "rows": the analyst's WHERE filters rows, behind a fence (docs/PRIVACY.md)
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,10 +61,33 @@ def rows_select(plan: QueryPlan, d: EngineDialect, *, domain: bool = True, fence
     conds = [c for c in (fr.not_null_unit(rel),) if c is not None]
     if domain:
         conds += domain_filters(plan)
+    rows_mode = plan.where_rows and d.row_fence is not None
+    if rows_mode and d.row_fence == "volatile":
+        conds.append(fenced(where))
     sel = fr.select(cols, rel, d, _and(conds), [])
     if fence and scaled and d.fence_rows:
         sel.set("offset", exp.Offset(expression=exp.Literal.number(0)))
     return sel
+
+
+def fenced(where: exp.Expression) -> exp.Expression:
+    """[timing] where = "rows" on DuckDB: the analyst's WHERE as a row filter the optimizer can
+    neither push into a scan (zone maps, the scan's table filters) nor fold from its statistics:
+    CASE WHEN random() >= 0 THEN (<WHERE>) END is true exactly where the WHERE is (random() is in
+    [0, 1)), but it is volatile, so DuckDB evaluates it per row, above the scans and joins, and its
+    statistics propagation cannot decide it. PostgreSQL's fence is OFFSET 0 (EngineDialect.row_fence):
+    no qual is pushed into a subquery with an OFFSET, so no index can answer it either.
+
+    The privacy argument (docs/PRIVACY.md, run time; the policy's Timing): every row is still read
+    and its WHERE evaluated, so run time never answers a question through the engine's
+    statistics; what grows with the passing rows is the per-unit aggregation's work, about a
+    microsecond per row, which the release floor (required: dpsql.policy) hides for every query
+    that finishes before it. The answers are the same as under "aggregate": every aggregate
+    still reads FILTER (WHERE _h), and the groups without a passing row, which that mode forms
+    and then drops, are simply never formed (the group choice ranks a unit's passing groups first
+    there, so the kept groups are the same)."""
+    random_ = exp.GTE(this=exp.Anonymous(this="random", expressions=[]), expression=exp.Literal.number(0))
+    return exp.Case(ifs=[exp.If(this=random_, true=exp.Paren(this=where.copy()))])
 
 
 def passing_only(value: exp.Expression, where: exp.Expression) -> exp.Expression:
@@ -119,5 +142,13 @@ def _and(conds: list[exp.Expression]) -> exp.Expression | None:
 
 
 def rows(tree: exp.Select | None, plan: QueryPlan, d: EngineDialect) -> exp.Select:
-    """The first pass: the rows subquery (tree is None)."""
-    return rows_select(plan, d)
+    """The first pass: the rows subquery (tree is None). Under [timing] where = "rows" on an
+    engine fenced by OFFSET 0 (PostgreSQL), SELECT * FROM (<rows> OFFSET 0) AS _all WHERE _h;
+    the passes that extend the rows select with columns of their own (distinct counts,
+    quantiles, the shortcuts) keep the default placement there."""
+    sel = rows_select(plan, d)
+    if plan.where_rows and d.row_fence == "offset":
+        sel.set("offset", exp.Offset(expression=exp.Literal.number(0)))
+        return exp.Select(expressions=[exp.Star()], from_=exp.From(this=subquery(sel, "_all")),
+                          where=exp.Where(this=exp.column("_h")))
+    return sel

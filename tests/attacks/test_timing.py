@@ -54,12 +54,12 @@ def db(tmp_path_factory):
     return path
 
 
-def _policy(tmp_path):
+def _policy(tmp_path, where: str = "aggregate"):
     # basic composition: the probe count below is budget / min_epsilon (under zCDP accounting it
     # is rho_total / min_rho; tests/integration/test_zcdp.py checks that floor)
     return {"budget": {"epsilon": 10.0, "delta": 1e-6, "ledger": str(tmp_path / "ledger.sqlite"),
                        "accountant": "basic"},
-            "defaults": {"epsilon": 0.01},
+            "defaults": {"epsilon": 0.01}, "timing": {"where": where},
             "tables": {"patients": {"privacy_unit": "pid", "columns": {
                 "diagnosis": {"values": ["HIV", "flu"]}, "email": {},
                 "income": {"lower": 0, "upper": PEOPLE}}}}}
@@ -103,8 +103,8 @@ def _raw(db, cond_pos: str, cond_neg: str) -> float:
         con.close()
 
 
-def _through_dpsql(db, tmp_path, cond_pos: str, cond_neg: str) -> tuple[float, float]:
-    conn = dpsql.connect(db, policy=_policy(tmp_path), analyst="mallory")
+def _through_dpsql(db, tmp_path, cond_pos: str, cond_neg: str, where: str = "aggregate") -> tuple[float, float]:
+    conn = dpsql.connect(db, policy=_policy(tmp_path, where), analyst="mallory")
     cur = conn.cursor()
     times = []
 
@@ -150,6 +150,18 @@ def test_one_row_attack(db, tmp_path):
     acc, at_floor = _through_dpsql(db, tmp_path, pos, neg)
     print(f"\none row vs none: old shape {raw:.0%}, dpsql {acc:.0%} of pairs right; "
           f"{at_floor:.0%} released at the floor")
+    assert acc <= _bound(PAIRS), f"dpsql's timing told the adversary {acc:.0%} of pairs"
+    assert at_floor >= 0.9, f"only {at_floor:.0%} of answers were released at the floor"
+
+
+def test_one_row_attack_with_the_rows_placement(db, tmp_path):
+    """[timing] where = "rows" lets the one passing row flow through the per-unit aggregation, as
+    the old shape did (its raw attack is the one above); the release floor, which that placement
+    requires, is what defends it."""
+    pos = "diagnosis = 'HIV' AND email = 'user100@mail.com'"
+    neg = "diagnosis = 'HIV' AND email = 'user101@mail.com'"
+    acc, at_floor = _through_dpsql(db, tmp_path, pos, neg, where="rows")
+    print(f"\none row vs none, where = rows: dpsql {acc:.0%} of pairs right; {at_floor:.0%} released at the floor")
     assert acc <= _bound(PAIRS), f"dpsql's timing told the adversary {acc:.0%} of pairs"
     assert at_floor >= 0.9, f"only {at_floor:.0%} of answers were released at the floor"
 
