@@ -23,15 +23,9 @@ FROM (
   FROM (
     SELECT
       people.person_id AS _u,
-      CASE WHEN (
-        people.sex = 'F' OR people.income IS NULL
-      ) THEN people.age END AS _x0,
-      CASE WHEN (
-        people.sex = 'F' OR people.income IS NULL
-      ) THEN people.age END AS _x1,
-      CASE WHEN (
-        people.sex = 'F' OR people.income IS NULL
-      ) THEN people.age END AS _x2,
+      people.age AS _x0,
+      people.age AS _x1,
+      people.age AS _x2,
       (
         people.sex = 'F' OR people.income IS NULL
       ) AS _h
