@@ -65,8 +65,7 @@ class Session:
         self._closed = False
         self._lock = threading.RLock()
         self._cancelled = threading.Event()     # set by cancel() while a statement runs
-        self._started = time.monotonic()        # when the running (or last) statement began
-        self._yielded = 0.0                      # when check() last let other threads run
+        self._started = self._yielded = time.monotonic()    # statement start; check()'s last GIL release
         self.schema = schema if schema is not None else read_schema(policy, engine)
         self._on_schema = on_schema         # told of a re-read schema (Backend shares it with new sessions)
         self.ledger = ledger if ledger is not None else Ledger(ledger_path(policy))
@@ -280,11 +279,7 @@ class Session:
         if limit is not None and now - self._started > limit:
             raise QueryCanceled("canceling statement due to statement timeout: the query ran longer than "
                                 "the engine's statement timeout")
-        # Yield the GIL at most once a millisecond: time.sleep(0) is a real sleep of about 55 us
-        # on Linux (the timer slack), seven of them per small query, 0.4 ms of every answer.
-        if now - self._yielded >= 0.001:
-            self._yielded = now
-            time.sleep(0)
+        self._yielded = _let_others_run(self._yielded, now)
 
     # -- the reconstruction defence: surcharge, cap, cache, audit (dpsql.analysis.reconstruction, dpsql.ledger.answer_cache)
     def _answer_key(self, plan: QueryPlan) -> str:
@@ -361,3 +356,13 @@ def release_time(session: Session, start: float) -> float:
     """For a Session with defer_release: when (time.monotonic()) a private answer ready now, of a
     statement begun at `start`, may be released under the policy's [timing] (release.release_at)."""
     return release.release_at(start, session.policy.timing)
+
+
+def _let_others_run(last: float, now: float) -> float:
+    """Release the GIL (time.sleep(0)) if it was last released a millisecond or more ago; returns
+    when it was last released. Not at every check: time.sleep(0) is a real sleep of about 55 us
+    on Linux (the timer slack), seven of them per small query, 0.4 ms of every answer."""
+    if now - last < 0.001:
+        return last
+    time.sleep(0)
+    return now
