@@ -1,9 +1,9 @@
 """dpsql against the floor: the best hand-written SQL with the same guarantee, same engine, same run.
 
-    python benchmarks/floor.py [--sf 0.1] [--runs 7] [--postgres] [--out benchmarks/results/floor.md]
+    python benchmarks/floor.py [--sf 0.1] [--runs 7] [--postgres] [--data FILE] [--out benchmarks/results/floor.md]
 
 Six TPC-H shapes (customer as the privacy unit, benchmarks/tpch_data.py's policy: lineitem links
-to its order, nation, region, part and supplier public), each timed five ways in one run,
+to its order, nation, region, part and supplier public), each timed six ways in one run,
 interleaved, median of --runs after a warm-up:
 
     dpsql     Session.execute of a text never seen before (parse, plan, rewrite, charge, engine,
@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     random.seed(0)
     lines = ["# dpsql against the floor", "",
-             "Made by `python benchmarks/floor.py` (see its docstring for the five ways). ms, median of "
+             "Made by `python benchmarks/floor.py` (see its docstring for the six ways). ms, median of "
              f"{args.runs} interleaved runs after a warm-up; {os.cpu_count()} cores (shared).", ""]
     with tempfile.TemporaryDirectory() as tmp:
         db = args.data
