@@ -13,8 +13,8 @@ among them the rank is exactly the one the filtered rows would give.
 Only units with more than L0 groups need a rank (every group of the others is kept, rank or
 not), and the window's sort is most of a multi-group query's time (TPC-H Q7 at SF 0.1: 250 of
 300 ms, over 471,038 (unit, group) rows, none of whose units has more than L0 groups). Where the
-engine computes a CTE read twice only once (dialect split_group_choice: DuckDB, PostgreSQL), the
-per-unit rows are split by their unit's group count:
+engine computes a CTE read twice only once (dialect split_group_choice: DuckDB, and PostgreSQL
+from an L0 of split_min_l0), the per-unit rows are split by their unit's group count:
 
     WITH _p AS (<per unit>), _many AS (SELECT _u FROM _p GROUP BY _u HAVING COUNT(*) > L0)
     SELECT _p.*, 1 AS _rank FROM _p LEFT JOIN _many ON _many._u = _p._u WHERE _many._u IS NULL
@@ -74,7 +74,7 @@ def _rank(plan: QueryPlan, d: EngineDialect, hits_now: exp.Expression | None) ->
 def group_choice(tree: exp.Select, plan: QueryPlan, d: EngineDialect) -> exp.Select | exp.Union:
     if not plan.group_choice:
         return tree
-    if not d.split_group_choice:
+    if not d.split_group_choice or plan.l0 < d.split_min_l0:
         tree.append("expressions", exp.alias_(_rank(plan, d, hits(plan)), "_rank", copy=False))
         return tree
     return _split(tree, plan, d)

@@ -79,3 +79,16 @@ def test_no_group_choice_without_groups(passes):
     plan = passes.plan("SELECT COUNT(*) FROM people")
     assert not plan.group_choice
     assert passes.sql(plan, "group_choice") == passes.sql(plan, "per_unit")
+
+
+def test_postgres_splits_only_from_its_least_l0(passes):
+    """PostgreSQL: one window below an L0 of 16 (its extra hash aggregation is not repaid when
+    many units exceed a small L0), the split from there on; DuckDB splits at every L0."""
+    import dataclasses
+    plan = passes.plan("SELECT kind, SUM(cost) FROM visits GROUP BY kind")
+    assert plan.l0 == 2
+    assert "WITH _p AS" not in passes.sql(plan, "group_choice", "postgres")
+    assert "ROW_NUMBER() OVER (PARTITION BY _u" in passes.sql(plan, "group_choice", "postgres")
+    assert "WITH _p AS" in passes.sql(plan, "group_choice")
+    wide = dataclasses.replace(plan, l0=16)
+    assert "WITH _p AS" in passes.sql(wide, "group_choice", "postgres")

@@ -6,48 +6,12 @@ SELECT
   SUM(LEAST(_v0, 5)) AS _v0,
   SUM(LEAST(_v1, 1)) AS _v1
 FROM (
-  WITH _p AS (
-    SELECT
-      _u,
-      _g0,
-      COUNT(*) FILTER(WHERE
-        _f0) AS _v0,
-      COUNT(*) AS _v1
-    FROM (
-      SELECT
-        visits.person_id AS _u,
-        visits.state AS _g0,
-        (
-          visits.cost > CAST(100.0 AS DOUBLE PRECISION)
-        ) AS _f0
-      FROM visits AS visits
-      WHERE
-        NOT visits.person_id IS NULL
-        AND visits.state IN ('CA', 'FL', 'IL', 'NY', 'OH', 'PA', 'TX', 'WA')
-    ) AS _rows
-    GROUP BY
-      _u,
-      _g0
-  ), _many AS (
-    SELECT
-      _u
-    FROM _p
-    GROUP BY
-      _u
-    HAVING
-      COUNT(*) > 2
-  )
   SELECT
-    _p.*,
-    1 AS _rank
-  FROM _p
-  LEFT JOIN _many
-    ON _many._u = _p._u
-  WHERE
-    _many._u IS NULL
-  UNION ALL
-  SELECT
-    _p.*,
+    _u,
+    _g0,
+    COUNT(*) FILTER(WHERE
+      _f0) AS _v0,
+    COUNT(*) AS _v1,
     ROW_NUMBER() OVER (
       PARTITION BY _u
       ORDER BY COALESCE(
@@ -55,13 +19,21 @@ FROM (
         HASHINT8EXTENDED(CAST(_u AS BIGINT) # %(salt)s, 0)
       ), _g0
     ) AS _rank
-  FROM _p
-  WHERE
-    _u IN (
-      SELECT
-        _u
-      FROM _many
-    )
+  FROM (
+    SELECT
+      visits.person_id AS _u,
+      visits.state AS _g0,
+      (
+        visits.cost > CAST(100.0 AS DOUBLE PRECISION)
+      ) AS _f0
+    FROM visits AS visits
+    WHERE
+      NOT visits.person_id IS NULL
+      AND visits.state IN ('CA', 'FL', 'IL', 'NY', 'OH', 'PA', 'TX', 'WA')
+  ) AS _rows
+  GROUP BY
+    _u,
+    _g0
 ) AS _per_unit
 WHERE
   _rank <= 2

@@ -8,81 +8,54 @@ SELECT
     CAST(CASE WHEN _v1 < 0 THEN 0 WHEN _v1 > 10000000000 THEN 10000000000 ELSE _v1 END AS BIGINT)
   ) AS _v1
 FROM (
-  WITH _p AS (
-    SELECT
-      _u,
-      _g0,
-      COUNT(*) FILTER(WHERE
-        _h) AS _v0,
-      SUM(_x1) FILTER(WHERE
-        _h) AS _v1,
-      COUNT(*) FILTER(WHERE
-        _h) AS _hits
-    FROM (
-      SELECT
-        visits.person_id AS _u,
-        visits.state AS _g0,
-        CASE
-          WHEN (
-            visits.kind LIKE '%a%' ESCAPE '\'
-            AND NOT visits.cost IS NULL
-            AND NOT visits.kind ILIKE 'L%' ESCAPE '\'
-          )
-          THEN CAST(CASE
-            WHEN visits.cost < 0
-            THEN 0
-            WHEN visits.cost > 2000
-            THEN 2000
-            ELSE visits.cost
-          END * 1000000 AS BIGINT)
-        END AS _x1,
-        (
-          visits.kind LIKE '%a%' ESCAPE '\'
-          AND NOT visits.cost IS NULL
-          AND NOT visits.kind ILIKE 'L%' ESCAPE '\'
-        ) AS _h
-      FROM visits AS visits
-      WHERE
-        NOT visits.person_id IS NULL
-        AND visits.state IN ('CA', 'FL', 'IL', 'NY', 'OH', 'PA', 'TX', 'WA')
-    ) AS _rows
-    GROUP BY
-      _u,
-      _g0
-  ), _many AS (
-    SELECT
-      _u
-    FROM _p
-    GROUP BY
-      _u
-    HAVING
-      COUNT(*) > 2
-  )
   SELECT
-    _p.*,
-    1 AS _rank
-  FROM _p
-  LEFT JOIN _many
-    ON _many._u = _p._u
-  WHERE
-    _many._u IS NULL
-  UNION ALL
-  SELECT
-    _p.*,
+    _u,
+    _g0,
+    COUNT(*) FILTER(WHERE
+      _h) AS _v0,
+    SUM(_x1) FILTER(WHERE
+      _h) AS _v1,
+    COUNT(*) FILTER(WHERE
+      _h) AS _hits,
     ROW_NUMBER() OVER (
       PARTITION BY _u
-      ORDER BY CASE WHEN _p._hits > 0 THEN 0 ELSE 1 END, COALESCE(
+      ORDER BY CASE WHEN COUNT(*) FILTER(WHERE
+        _h) > 0 THEN 0 ELSE 1 END, COALESCE(
         HASHTEXTEXTENDED(_g0 COLLATE pg_catalog."C", CAST(_u AS BIGINT) # %(salt)s),
         HASHINT8EXTENDED(CAST(_u AS BIGINT) # %(salt)s, 0)
       ), _g0
     ) AS _rank
-  FROM _p
-  WHERE
-    _u IN (
-      SELECT
-        _u
-      FROM _many
-    )
+  FROM (
+    SELECT
+      visits.person_id AS _u,
+      visits.state AS _g0,
+      CASE
+        WHEN (
+          visits.kind LIKE '%a%' ESCAPE '\'
+          AND NOT visits.cost IS NULL
+          AND NOT visits.kind ILIKE 'L%' ESCAPE '\'
+        )
+        THEN CAST(CASE
+          WHEN visits.cost < 0
+          THEN 0
+          WHEN visits.cost > 2000
+          THEN 2000
+          ELSE visits.cost
+        END * 1000000 AS BIGINT)
+      END AS _x1,
+      (
+        visits.kind LIKE '%a%' ESCAPE '\'
+        AND NOT visits.cost IS NULL
+        AND NOT visits.kind ILIKE 'L%' ESCAPE '\'
+      ) AS _h
+    FROM visits AS visits
+    WHERE
+      NOT visits.person_id IS NULL
+      AND visits.state IN ('CA', 'FL', 'IL', 'NY', 'OH', 'PA', 'TX', 'WA')
+  ) AS _rows
+  GROUP BY
+    _u,
+    _g0
 ) AS _per_unit
 WHERE
   _rank <= 2 AND _hits > 0

@@ -8,51 +8,11 @@ SELECT
   ) AS _v0,
   SUM(LEAST(_v1, 1)) AS _v1
 FROM (
-  WITH _p AS (
-    SELECT
-      _u,
-      _g0,
-      SUM(_x0) AS _v0,
-      COUNT(*) AS _v1
-    FROM (
-      SELECT
-        people_pk.person_id AS _u,
-        people_pk.state AS _g0,
-        CAST(CASE
-          WHEN people_pk.income < 0
-          THEN 0
-          WHEN people_pk.income > 500000
-          THEN 500000
-          ELSE people_pk.income
-        END * 1000000 AS BIGINT) AS _x0
-      FROM people_pk AS people_pk
-      WHERE
-        NOT people_pk.person_id IS NULL
-        AND people_pk.state IN ('CA', 'FL', 'IL', 'NY', 'OH', 'PA', 'TX', 'WA')
-    ) AS _rows
-    GROUP BY
-      _u,
-      _g0
-  ), _many AS (
-    SELECT
-      _u
-    FROM _p
-    GROUP BY
-      _u
-    HAVING
-      COUNT(*) > 1
-  )
   SELECT
-    _p.*,
-    1 AS _rank
-  FROM _p
-  LEFT JOIN _many
-    ON _many._u = _p._u
-  WHERE
-    _many._u IS NULL
-  UNION ALL
-  SELECT
-    _p.*,
+    _u,
+    _g0,
+    SUM(_x0) AS _v0,
+    COUNT(*) AS _v1,
     ROW_NUMBER() OVER (
       PARTITION BY _u
       ORDER BY COALESCE(
@@ -60,13 +20,25 @@ FROM (
         HASHINT8EXTENDED(CAST(_u AS BIGINT) # %(salt)s, 0)
       ), _g0
     ) AS _rank
-  FROM _p
-  WHERE
-    _u IN (
-      SELECT
-        _u
-      FROM _many
-    )
+  FROM (
+    SELECT
+      people_pk.person_id AS _u,
+      people_pk.state AS _g0,
+      CAST(CASE
+        WHEN people_pk.income < 0
+        THEN 0
+        WHEN people_pk.income > 500000
+        THEN 500000
+        ELSE people_pk.income
+      END * 1000000 AS BIGINT) AS _x0
+    FROM people_pk AS people_pk
+    WHERE
+      NOT people_pk.person_id IS NULL
+      AND people_pk.state IN ('CA', 'FL', 'IL', 'NY', 'OH', 'PA', 'TX', 'WA')
+  ) AS _rows
+  GROUP BY
+    _u,
+    _g0
 ) AS _per_unit
 WHERE
   _rank <= 1

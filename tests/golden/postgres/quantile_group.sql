@@ -10,63 +10,36 @@ FROM (
     CAST(_g0 AS TEXT) AS _k0,
     SUM(LEAST(_v0, 5)) AS _v0
   FROM (
-    WITH _p AS (
-      SELECT
-        _u,
-        _g0,
-        COUNT(*) FILTER(WHERE
-          _h) AS _v0,
-        COUNT(*) FILTER(WHERE
-          _h) AS _hits
-      FROM (
-        SELECT
-          visits.person_id AS _u,
-          visits.kind AS _g0,
-          (
-            visits.cost > CAST(10.0 AS DOUBLE PRECISION)
-          ) AS _h
-        FROM visits AS visits
-        WHERE
-          NOT visits.person_id IS NULL
-          AND visits.kind IN ('checkup', 'lab', 'specialist', 'emergency')
-      ) AS _rows
-      GROUP BY
-        _u,
-        _g0
-    ), _many AS (
-      SELECT
-        _u
-      FROM _p
-      GROUP BY
-        _u
-      HAVING
-        COUNT(*) > 2
-    )
     SELECT
-      _p.*,
-      1 AS _rank
-    FROM _p
-    LEFT JOIN _many
-      ON _many._u = _p._u
-    WHERE
-      _many._u IS NULL
-    UNION ALL
-    SELECT
-      _p.*,
+      _u,
+      _g0,
+      COUNT(*) FILTER(WHERE
+        _h) AS _v0,
+      COUNT(*) FILTER(WHERE
+        _h) AS _hits,
       ROW_NUMBER() OVER (
         PARTITION BY _u
-        ORDER BY CASE WHEN _p._hits > 0 THEN 0 ELSE 1 END, COALESCE(
+        ORDER BY CASE WHEN COUNT(*) FILTER(WHERE
+          _h) > 0 THEN 0 ELSE 1 END, COALESCE(
           HASHTEXTEXTENDED(_g0 COLLATE pg_catalog."C", CAST(_u AS BIGINT) # %(salt)s),
           HASHINT8EXTENDED(CAST(_u AS BIGINT) # %(salt)s, 0)
         ), _g0
       ) AS _rank
-    FROM _p
-    WHERE
-      _u IN (
-        SELECT
-          _u
-        FROM _many
-      )
+    FROM (
+      SELECT
+        visits.person_id AS _u,
+        visits.kind AS _g0,
+        (
+          visits.cost > CAST(10.0 AS DOUBLE PRECISION)
+        ) AS _h
+      FROM visits AS visits
+      WHERE
+        NOT visits.person_id IS NULL
+        AND visits.kind IN ('checkup', 'lab', 'specialist', 'emergency')
+    ) AS _rows
+    GROUP BY
+      _u,
+      _g0
   ) AS _per_unit
   WHERE
     _rank <= 2 AND _hits > 0

@@ -30,81 +30,29 @@ SELECT
     END
   ) AS _v5
 FROM (
-  WITH _p AS (
-    SELECT
-      _u,
-      _g0,
-      SUM(
-        CAST(CASE WHEN _x0 < 0 THEN 0 WHEN _x0 > 120 THEN 120 ELSE _x0 END AS BIGINT) * 2 - 120
-      ) AS _v0,
-      COUNT(_x1) AS _v1,
-      SUM(
-        (
-          CAST(2 AS DECIMAL) * CAST(CASE WHEN _x2 < 0 THEN 0 WHEN _x2 > 120 THEN 120 ELSE _x2 END AS DECIMAL) - CAST(120 AS DECIMAL)
-        ) * (
-          CAST(2 AS DECIMAL) * CAST(CASE WHEN _x2 < 0 THEN 0 WHEN _x2 > 120 THEN 120 ELSE _x2 END AS DECIMAL) - CAST(120 AS DECIMAL)
-        )
-      ) AS _v2,
-      SUM(CAST(_x3 AS BIGINT) * 2 - 500000000000) AS _v3,
-      COUNT(_x4) AS _v4,
-      SUM(
-        (
-          CAST(2 AS DECIMAL) * CAST(_x5 AS DECIMAL) - CAST(500000000000 AS DECIMAL)
-        ) * (
-          CAST(2 AS DECIMAL) * CAST(_x5 AS DECIMAL) - CAST(500000000000 AS DECIMAL)
-        )
-      ) AS _v5
-    FROM (
-      SELECT
-        people.person_id AS _u,
-        people.education AS _g0,
-        people.age AS _x0,
-        people.age AS _x1,
-        people.age AS _x2,
-        CAST(CASE
-          WHEN people.income < 0
-          THEN 0
-          WHEN people.income > 500000
-          THEN 500000
-          ELSE people.income
-        END * 1000000 AS BIGINT) AS _x3,
-        people.income AS _x4,
-        CAST(CASE
-          WHEN people.income < 0
-          THEN 0
-          WHEN people.income > 500000
-          THEN 500000
-          ELSE people.income
-        END * 1000000 AS BIGINT) AS _x5
-      FROM people AS people
-      WHERE
-        NOT people.person_id IS NULL
-        AND people.education IN ('none', 'high_school', 'bachelor', 'master', 'phd')
-      OFFSET 0
-    ) AS _rows
-    GROUP BY
-      _u,
-      _g0
-  ), _many AS (
-    SELECT
-      _u
-    FROM _p
-    GROUP BY
-      _u
-    HAVING
-      COUNT(*) > 1
-  )
   SELECT
-    _p.*,
-    1 AS _rank
-  FROM _p
-  LEFT JOIN _many
-    ON _many._u = _p._u
-  WHERE
-    _many._u IS NULL
-  UNION ALL
-  SELECT
-    _p.*,
+    _u,
+    _g0,
+    SUM(
+      CAST(CASE WHEN _x0 < 0 THEN 0 WHEN _x0 > 120 THEN 120 ELSE _x0 END AS BIGINT) * 2 - 120
+    ) AS _v0,
+    COUNT(_x1) AS _v1,
+    SUM(
+      (
+        CAST(2 AS DECIMAL) * CAST(CASE WHEN _x2 < 0 THEN 0 WHEN _x2 > 120 THEN 120 ELSE _x2 END AS DECIMAL) - CAST(120 AS DECIMAL)
+      ) * (
+        CAST(2 AS DECIMAL) * CAST(CASE WHEN _x2 < 0 THEN 0 WHEN _x2 > 120 THEN 120 ELSE _x2 END AS DECIMAL) - CAST(120 AS DECIMAL)
+      )
+    ) AS _v2,
+    SUM(CAST(_x3 AS BIGINT) * 2 - 500000000000) AS _v3,
+    COUNT(_x4) AS _v4,
+    SUM(
+      (
+        CAST(2 AS DECIMAL) * CAST(_x5 AS DECIMAL) - CAST(500000000000 AS DECIMAL)
+      ) * (
+        CAST(2 AS DECIMAL) * CAST(_x5 AS DECIMAL) - CAST(500000000000 AS DECIMAL)
+      )
+    ) AS _v5,
     ROW_NUMBER() OVER (
       PARTITION BY _u
       ORDER BY COALESCE(
@@ -112,13 +60,37 @@ FROM (
         HASHINT8EXTENDED(CAST(_u AS BIGINT) # %(salt)s, 0)
       ), _g0
     ) AS _rank
-  FROM _p
-  WHERE
-    _u IN (
-      SELECT
-        _u
-      FROM _many
-    )
+  FROM (
+    SELECT
+      people.person_id AS _u,
+      people.education AS _g0,
+      people.age AS _x0,
+      people.age AS _x1,
+      people.age AS _x2,
+      CAST(CASE
+        WHEN people.income < 0
+        THEN 0
+        WHEN people.income > 500000
+        THEN 500000
+        ELSE people.income
+      END * 1000000 AS BIGINT) AS _x3,
+      people.income AS _x4,
+      CAST(CASE
+        WHEN people.income < 0
+        THEN 0
+        WHEN people.income > 500000
+        THEN 500000
+        ELSE people.income
+      END * 1000000 AS BIGINT) AS _x5
+    FROM people AS people
+    WHERE
+      NOT people.person_id IS NULL
+      AND people.education IN ('none', 'high_school', 'bachelor', 'master', 'phd')
+    OFFSET 0
+  ) AS _rows
+  GROUP BY
+    _u,
+    _g0
 ) AS _per_unit
 WHERE
   _rank <= 1

@@ -7,50 +7,10 @@ SELECT
     CAST(CASE WHEN _v0 < 0 THEN 0 WHEN _v0 > 10000000000 THEN 10000000000 ELSE _v0 END AS BIGINT)
   ) AS _v0
 FROM (
-  WITH _p AS (
-    SELECT
-      _u,
-      _g0,
-      SUM(_x0) AS _v0
-    FROM (
-      SELECT
-        visits.person_id AS _u,
-        visits.state AS _g0,
-        CAST(CASE
-          WHEN visits.cost < 0
-          THEN 0
-          WHEN visits.cost > 2000
-          THEN 2000
-          ELSE visits.cost
-        END * 1000000 AS BIGINT) AS _x0
-      FROM visits AS visits
-      WHERE
-        NOT visits.person_id IS NULL
-        AND visits.state IN ('CA', 'FL', 'IL', 'NY', 'OH', 'PA', 'TX', 'WA')
-    ) AS _rows
-    GROUP BY
-      _u,
-      _g0
-  ), _many AS (
-    SELECT
-      _u
-    FROM _p
-    GROUP BY
-      _u
-    HAVING
-      COUNT(*) > 2
-  )
   SELECT
-    _p.*,
-    1 AS _rank
-  FROM _p
-  LEFT JOIN _many
-    ON _many._u = _p._u
-  WHERE
-    _many._u IS NULL
-  UNION ALL
-  SELECT
-    _p.*,
+    _u,
+    _g0,
+    SUM(_x0) AS _v0,
     ROW_NUMBER() OVER (
       PARTITION BY _u
       ORDER BY COALESCE(
@@ -58,13 +18,25 @@ FROM (
         HASHINT8EXTENDED(CAST(_u AS BIGINT) # %(salt)s, 0)
       ), _g0
     ) AS _rank
-  FROM _p
-  WHERE
-    _u IN (
-      SELECT
-        _u
-      FROM _many
-    )
+  FROM (
+    SELECT
+      visits.person_id AS _u,
+      visits.state AS _g0,
+      CAST(CASE
+        WHEN visits.cost < 0
+        THEN 0
+        WHEN visits.cost > 2000
+        THEN 2000
+        ELSE visits.cost
+      END * 1000000 AS BIGINT) AS _x0
+    FROM visits AS visits
+    WHERE
+      NOT visits.person_id IS NULL
+      AND visits.state IN ('CA', 'FL', 'IL', 'NY', 'OH', 'PA', 'TX', 'WA')
+  ) AS _rows
+  GROUP BY
+    _u,
+    _g0
 ) AS _per_unit
 WHERE
   _rank <= 2
